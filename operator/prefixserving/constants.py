@@ -1,0 +1,78 @@
+"""Every name the project shares across components: API group, kinds, labels, ports, condition
+types and reasons, handler ids. Handler ids are never renamed: kopf stores progress under them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "prefixserving.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "PrefixServing"
+PLURAL: Final = "prefixservings"
+SINGULAR: Final = "prefixserving"
+SHORT_NAME: Final = "pfx"
+POLICY_KIND: Final = "ScalingPolicy"
+POLICY_PLURAL: Final = "scalingpolicies"
+POLICY_SINGULAR: Final = "scalingpolicy"
+
+PROJECT_VERSION: Final = "0.1.0"
+IMAGE_REGISTRY: Final = "ghcr.io/prefixserving"
+ENGINE_IMAGE: Final = f"{IMAGE_REGISTRY}/engine:{PROJECT_VERSION}"
+ROUTER_IMAGE: Final = f"{IMAGE_REGISTRY}/router:{PROJECT_VERSION}"
+OPERATOR_IMAGE: Final = f"{IMAGE_REGISTRY}/operator:{PROJECT_VERSION}"
+
+# Labels on every child object.
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_VERSION: Final = "app.kubernetes.io/version"
+PART_OF: Final = "prefixserving"
+MANAGED_BY: Final = "prefixserving-operator"
+COMPONENT_ENGINE: Final = "engine"
+COMPONENT_ROUTER: Final = "router"
+
+# Ports.
+ENGINE_PORT: Final = 8000
+ROUTER_PORT: Final = 8080
+WARMUP_PORT: Final = 8090
+OPERATOR_HEALTH_PORT: Final = 8081
+
+# The scheduler class vLLM loads through --scheduler-cls when policy is "peek".
+PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"
+
+# Server-side apply field manager of the operator.
+FIELD_MANAGER: Final = "prefixserving-operator"
+
+# Condition types and reasons.
+COND_READY: Final = "Ready"
+COND_PROGRESSING: Final = "Progressing"
+COND_DEGRADED: Final = "Degraded"
+COND_METRICS: Final = "MetricsAvailable"
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_ENGINE_UNAVAILABLE: Final = "EngineUnavailable"
+REASON_ROUTER_UNAVAILABLE: Final = "RouterUnavailable"
+REASON_SCALER_MISSING: Final = "ScalerMissing"
+REASON_CHILD_REJECTED: Final = "ChildRejected"
+REASON_PROMETHEUS_UNAVAILABLE: Final = "PrometheusUnavailable"
+REASON_READY: Final = "AllReplicasReady"
+REASON_ROLLING_OUT: Final = "RollingOut"
+
+# kopf handler ids.
+HANDLER_RECONCILE: Final = "reconcile"
+HANDLER_STATUS: Final = "status"
+HANDLER_METRICS: Final = "metrics"
+
+# Environment variables that carry the spec's scheduler block into the engine process
+# (read by prefixserving.engine.vllm.PeekScheduler).
+ENV_MAX_SIBLING_WAIT_MS: Final = "PREFIXSERVING_MAX_SIBLING_WAIT_MS"
+ENV_PIN_BUDGET_FRACTION: Final = "PREFIXSERVING_PIN_BUDGET_FRACTION"
+ENV_LANES: Final = "PREFIXSERVING_LANES"
+
+# Router endpoints and metrics read by other components (warm-up sidecar, status, alerts).
+ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"
+ROUTER_HYGIENE_PATH: Final = "/v1/prefixserving/hygiene"
+METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"
+METRIC_ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"

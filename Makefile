@@ -28,6 +28,10 @@ crds:
 	$(BIN)/prefixserving crd --out-dir crds
 	cp crds/*.yaml charts/prefixserving-operator/crds/
 
+## Regenerate the API reference (docs/reference/) from the CRDs.
+docs:
+	$(BIN)/python -m prefixserving.api.reference docs/reference
+
 ## Build and tag the three images (needs a Docker engine).
 images:
 	docker build -f images/engine/Dockerfile -t $(REGISTRY)/engine:$(VERSION) .

@@ -64,6 +64,10 @@ REASON_ROLLING_OUT: Final = "RollingOut"
 HANDLER_RECONCILE: Final = "reconcile"
 HANDLER_STATUS: Final = "status"
 HANDLER_METRICS: Final = "metrics"
+HANDLER_DELETE: Final = "delete"
+HANDLER_RESYNC: Final = "resync"
+HANDLER_DRIFT: Final = "drift"
+HANDLER_POLICY: Final = "policy"
 
 # Environment variables that carry the spec's scheduler block into the engine process
 # (read by prefixserving.engine.vllm.PeekScheduler).
@@ -76,3 +80,14 @@ ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"
 ROUTER_HYGIENE_PATH: Final = "/v1/prefixserving/hygiene"
 METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"
 METRIC_ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
+
+# Warm-up sidecar: the Event reason it emits on timeout, the Downward API environment the
+# engine pod template sets for it, and the path of the prompts file it reads.
+REASON_WARMUP_TIMED_OUT: Final = "WarmupTimedOut"
+ENV_POD_NAME: Final = "POD_NAME"
+ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
+ENV_POD_UID: Final = "POD_UID"
+ENV_POD_IP: Final = "POD_IP"
+WARMUP_PROMPTS_FILE: Final = "/etc/prefixserving/warmup/prompts.json"
+METRIC_WARMUP_TIMEOUTS: Final = "prefixserving_warmup_timeouts_total"
+METRIC_WARMUP_READY: Final = "prefixserving_warmup_ready"

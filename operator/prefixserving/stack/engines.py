@@ -12,7 +12,8 @@ template, so text prompts and chat requests work; otherwise prompts must be toke
 
 Usage::
 
-    with running_engines([EngineConfig(name="peek"), EngineConfig(name="stock", scheduler="fcfs")]) as engines:
+    configs = [EngineConfig(name="peek"), EngineConfig(name="stock", scheduler="fcfs")]
+    with running_engines(configs) as engines:
         url = engines[0].url  # http://127.0.0.1:PORT
 
 Each engine is one process group started with ``python -m vllm.entrypoints.openai.api_server``
@@ -210,8 +211,11 @@ def engine_env(config: EngineConfig) -> dict[str, str]:
 
 def start_engine(config: EngineConfig, workdir: Path) -> Engine:
     """Start one engine in the background; it is not ready yet (see :func:`wait_ready`)."""
-    model_dir = write_model_dir(workdir / f"model-{config.shape}-{int(config.tokenizer)}",
-                                shape=config.shape, tokenizer=config.tokenizer)
+    model_dir = write_model_dir(
+        workdir / f"model-{config.shape}-{int(config.tokenizer)}",
+        shape=config.shape,
+        tokenizer=config.tokenizer,
+    )
     port = free_port()
     log_path = workdir / f"{config.name}-{port}.log"
     with log_path.open("wb") as log:

@@ -1,0 +1,408 @@
+"""Validation of PrefixServing and ScalingPolicy bodies, with a field path and a hint per problem.
+
+Two layers:
+1. The pydantic models (types, ranges, enums, unknown fields), the same constraints the CRD
+   schema carries.
+2. ``RULES``: cross-field rules. Each has a Python check and, when it can be expressed, a CEL
+   expression that ``api/crd.py`` emits as ``x-kubernetes-validations`` on the same object, so
+   the API server refuses what ``prefixserving validate`` refuses. Rules without CEL (quantity
+   comparisons) run in Python only, at ``prefixserving validate`` and at reconcile time.
+
+Every problem is reported, not just the first; cost is linear in the size of the body.
+"""
+
+from __future__ import annotations
+
+import re
+import types as pytypes
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+from pydantic import BaseModel, ValidationError
+
+from prefixserving.api import types as t
+
+# Flags the operator sets on the engine; extraArgs may not repeat them (vLLM takes the last
+# occurrence, so a repeated flag would silently override the spec). vLLM accepts '_' for '-'.
+OWNED_FLAGS: tuple[str, ...] = (
+    "model",
+    "served-model-name",
+    "port",
+    "host",
+    "tensor-parallel-size",
+    "gpu-memory-utilization",
+    "block-size",
+    "max-model-len",
+    "enable-prefix-caching",
+    "no-enable-prefix-caching",
+    "scheduler-cls",
+    "enable-lora",
+    "lora-modules",
+    "max-loras",
+    "numa-bind",
+    "revision",
+)
+OWNED_FLAG_RE = (
+    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in OWNED_FLAGS) + ")(=.*)?$"
+)
+_OWNED = re.compile(OWNED_FLAG_RE)
+
+# Upper bounds that catch typos ("64Ti" for "64Gi") before the scheduler does.
+MAX_SHM_BYTES = parse_quantity("1Ti")
+MAX_MEMORY_BYTES = parse_quantity("16Ti")
+MAX_CPU = Decimal(1024)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a resource is invalid: where, what, and how to fix it."""
+
+    path: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
+
+
+class SpecError(ValueError):
+    """A resource failed validation; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(str(p) for p in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field rule on one model.
+
+    ``check`` returns None when the object is valid and a message when not. ``cel`` (None when
+    it cannot be expressed in CEL) must accept exactly what ``check`` accepts; its message is
+    ``message``. ``field`` is the camelCase field the problem is reported on ("" for the object).
+    """
+
+    model: type[BaseModel]
+    field: str
+    message: str
+    hint: str
+    check: Callable[[Any], str | None]
+    cel: str | None = None
+
+
+def _exactly_one(a: object, b: object, message: str) -> str | None:
+    return None if (a is None) != (b is None) else message
+
+
+def _min_le_max(p: t.ScalingParameters) -> str | None:
+    low, high = p.min_replicas, p.max_replicas
+    if low is not None and high is not None and low > high:
+        return f"minReplicas ({low}) is greater than maxReplicas ({high})"
+    return None
+
+
+def _owned_args(engine: t.EngineSpec) -> str | None:
+    owned = [arg for arg in engine.extra_args if _OWNED.match(arg)]
+    if owned:
+        verb = "is" if len(owned) == 1 else "are"
+        return f"{', '.join(owned)} {verb} set by the operator from the spec; remove from extraArgs"
+    return None
+
+
+def _integer_cpu(spec: t.PrefixServingSpec) -> str | None:
+    cpu = spec.engine.resources.cpu
+    if spec.placement.numa == "aligned" and not re.fullmatch(r"[1-9][0-9]*", cpu):
+        return f"numa: aligned needs a whole number of CPUs, got {cpu!r}"
+    return None
+
+
+def _bytes(quantity: str) -> Decimal:
+    return Decimal(parse_quantity(quantity))
+
+
+def _shm_fits(spec: t.PrefixServingSpec) -> str | None:
+    shm, memory = spec.placement.shm.size_limit, spec.engine.resources.memory
+    if _bytes(shm) >= _bytes(memory):
+        return f"/dev/shm ({shm}) must be smaller than the engine's memory ({memory})"
+    return None
+
+
+def _sane_engine_resources(engine: t.EngineSpec) -> str | None:
+    cpu, memory = engine.resources.cpu, engine.resources.memory
+    if not Decimal(0) < _bytes(cpu) <= MAX_CPU:
+        return f"cpu {cpu!r} must be above 0 and at most {MAX_CPU}"
+    if not Decimal(0) < _bytes(memory) <= MAX_MEMORY_BYTES:
+        return f"memory {memory!r} must be above 0 and at most 16Ti"
+    return None
+
+
+def _sane_shm(shm: t.ShmSpec) -> str | None:
+    if not Decimal(0) < _bytes(shm.size_limit) <= MAX_SHM_BYTES:
+        return f"sizeLimit {shm.size_limit!r} must be above 0 and at most 1Ti"
+    return None
+
+
+def _unique_adapters(model: t.ModelSpec) -> str | None:
+    names = [a.name for a in model.adapters]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        return f"adapter names must be unique: {', '.join(duplicates)} repeated"
+    if model.served_name in names:
+        return f"adapter {model.served_name!r} has the served model's name"
+    return None
+
+
+def _max_loras(model: t.ModelSpec) -> str | None:
+    if model.max_loras is not None and model.max_loras > len(model.adapters):
+        count = len(model.adapters)
+        return f"maxLoras ({model.max_loras}) exceeds the number of adapters ({count})"
+    return None
+
+
+def _replicas_vs_autoscaling(spec: t.PrefixServingSpec) -> str | None:
+    if spec.replicas is not None and spec.autoscaling.enabled:
+        return "replicas is set while autoscaling is enabled; the autoscaler owns the count"
+    return None
+
+
+def _prompts_or_configmap(warmup: t.WarmupSpec) -> str | None:
+    if warmup.prompts and warmup.config_map_ref is not None:
+        return "set prompts or configMapRef, not both"
+    return None
+
+
+ONE_SOURCE = "set exactly one of pvc and huggingFace"
+ONE_PROMPT = "set exactly one of prompt and messages"
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        model=t.ModelSource,
+        field="",
+        message=ONE_SOURCE,
+        hint="e.g. source: {huggingFace: {repo: Qwen/Qwen2.5-7B-Instruct}}",
+        check=lambda s: _exactly_one(s.pvc, s.hugging_face, ONE_SOURCE),
+        cel="has(self.pvc) != has(self.huggingFace)",
+    ),
+    Rule(
+        model=t.ModelSpec,
+        field="adapters",
+        message="adapter names must be unique and differ from servedName",
+        hint="rename the adapter; clients select it by this name",
+        check=_unique_adapters,
+        cel=(
+            "!has(self.adapters) || self.adapters.all(a, a.name != self.servedName"
+            " && self.adapters.exists_one(b, b.name == a.name))"
+        ),
+    ),
+    Rule(
+        model=t.ModelSpec,
+        field="maxLoras",
+        message="maxLoras cannot exceed the number of adapters",
+        hint="remove maxLoras or add adapters",
+        check=_max_loras,
+        cel="!has(self.maxLoras) || (has(self.adapters) && self.maxLoras <= size(self.adapters))",
+    ),
+    Rule(
+        model=t.EngineSpec,
+        field="extraArgs",
+        message="extraArgs may not set a flag the operator owns",
+        hint="use the spec field instead (model.*, engine.*, scheduler.*); owned: "
+        + ", ".join(f"--{f}" for f in OWNED_FLAGS),
+        check=_owned_args,
+        cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_RE}'))",
+    ),
+    Rule(
+        model=t.EngineSpec,
+        field="resources",
+        message="cpu and memory must be positive and plausible",
+        hint="e.g. resources: {cpu: '8', memory: 64Gi}",
+        check=_sane_engine_resources,
+    ),
+    Rule(
+        model=t.ShmSpec,
+        field="sizeLimit",
+        message="sizeLimit must be positive and at most 1Ti",
+        hint="16Gi to 64Gi is typical for tensor parallelism",
+        check=_sane_shm,
+    ),
+    Rule(
+        model=t.ScalingParameters,
+        field="maxReplicas",
+        message="minReplicas must not exceed maxReplicas",
+        hint="raise maxReplicas or lower minReplicas",
+        check=_min_le_max,
+        cel=(
+            "!has(self.minReplicas) || !has(self.maxReplicas)"
+            " || self.minReplicas <= self.maxReplicas"
+        ),
+    ),
+    Rule(
+        model=t.WarmupPrompt,
+        field="",
+        message=ONE_PROMPT,
+        hint="e.g. {prompt: 'You are a support agent...'} or {messages: [{role: system, ...}]}",
+        check=lambda p: _exactly_one(p.prompt, p.messages, ONE_PROMPT),
+        cel="has(self.prompt) != has(self.messages)",
+    ),
+    Rule(
+        model=t.WarmupSpec,
+        field="configMapRef",
+        message="set prompts or configMapRef, not both",
+        hint="move the inline prompts into the ConfigMap, or drop configMapRef",
+        check=_prompts_or_configmap,
+        cel="!has(self.configMapRef) || !has(self.prompts) || size(self.prompts) == 0",
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="replicas",
+        message="replicas must be unset while autoscaling is enabled",
+        hint="remove spec.replicas, or set autoscaling.minReplicas/maxReplicas",
+        check=_replicas_vs_autoscaling,
+        cel=(
+            "!has(self.replicas) || !has(self.autoscaling) || !has(self.autoscaling.enabled)"
+            " || !self.autoscaling.enabled"
+        ),
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="engine.resources.cpu",
+        message="numa: aligned needs a whole number of CPUs",
+        hint="set engine.resources.cpu to an integer such as '16'",
+        check=_integer_cpu,
+        cel=(
+            "!has(self.placement) || !has(self.placement.numa) || self.placement.numa != 'aligned'"
+            " || !has(self.engine) || !has(self.engine.resources)"
+            " || !has(self.engine.resources.cpu)"
+            " || string(self.engine.resources.cpu).matches('^[1-9][0-9]*$')"
+        ),
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="placement.shm.sizeLimit",
+        message="/dev/shm must be smaller than the engine's memory",
+        hint="raise engine.resources.memory or lower placement.shm.sizeLimit",
+        check=_shm_fits,
+    ),
+)
+
+
+def rules_for(model: type[BaseModel]) -> list[Rule]:
+    """The rules that apply to ``model`` (declared on it or a base class), in declaration order."""
+    return [rule for rule in RULES if issubclass(model, rule.model)]
+
+
+def _walk(obj: BaseModel, path: str) -> Iterator[tuple[BaseModel, str]]:
+    """Every model in the tree under ``obj`` with its camelCase path, parents first."""
+    yield obj, path
+    for name, info in type(obj).model_fields.items():
+        value = getattr(obj, name)
+        child = f"{path}.{info.alias or name}" if path else (info.alias or name)
+        if isinstance(value, BaseModel):
+            yield from _walk(value, child)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _walk(item, f"{child}[{i}]")
+
+
+def check_rules(obj: BaseModel, path: str = "") -> list[Problem]:
+    """Run every cross-field rule that applies to a model in the tree under ``obj``."""
+    problems = []
+    for node, node_path in _walk(obj, path):
+        for rule in RULES:
+            if isinstance(node, rule.model):
+                message = rule.check(node)
+                if message is not None:
+                    where = ".".join(p for p in (node_path, rule.field) if p)
+                    problems.append(Problem(where, message, rule.hint))
+    return problems
+
+
+def model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated or origin in (typing.Union, pytypes.UnionType, list, dict):
+        for arg in typing.get_args(annotation):
+            found = model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _fields_by_alias(model: type[BaseModel]) -> dict[str, Any]:
+    return {info.alias or name: info for name, info in model.model_fields.items()}
+
+
+def _hint(root: type[BaseModel], loc: tuple[str | int, ...], error_type: str) -> str:
+    """A hint from the schema: the known fields for an unknown one, else the field's help."""
+    model: type[BaseModel] | None = root
+    info = None
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        info = _fields_by_alias(model).get(part)
+        if info is None:
+            if error_type == "extra_forbidden":
+                return "known fields here: " + ", ".join(sorted(_fields_by_alias(model)))
+            return ""
+        model = model_in(info.annotation)
+    if error_type == "extra_forbidden":
+        return "remove it"
+    return info.description or "" if info is not None else ""
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
+            continue  # pydantic's union/validator tags, e.g. "function-after[...]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _problems(error: ValidationError, root: type[BaseModel]) -> list[Problem]:
+    problems = []
+    for e in error.errors():
+        loc = tuple(p for p in e["loc"] if isinstance(p, int) or not p.startswith("function-"))
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = "unknown field"
+        problems.append(Problem(_path(loc) or "(root)", message, _hint(root, loc, e["type"])))
+    return problems
+
+
+def _parse(body: Mapping[str, Any], model: type[BaseModel]) -> Any:
+    if not isinstance(body, Mapping):
+        raise SpecError([Problem("(root)", "expected a mapping", "pass one YAML document")])
+    try:
+        obj = model.model_validate(dict(body))
+    except ValidationError as error:
+        raise SpecError(_problems(error, model)) from None
+    problems = check_rules(obj)
+    if problems:
+        raise SpecError(problems)
+    return obj
+
+
+def parse_resource(body: Mapping[str, Any]) -> t.PrefixServing:
+    """Validate a PrefixServing body (a dict as the API server or a YAML file gives it).
+
+    Raises SpecError listing every problem with its field path and a hint.
+    """
+    result: t.PrefixServing = _parse(body, t.PrefixServing)
+    return result
+
+
+def parse_scaling_policy(body: Mapping[str, Any]) -> t.ScalingPolicy:
+    """Validate a ScalingPolicy body; raises SpecError like ``parse_resource``."""
+    result: t.ScalingPolicy = _parse(body, t.ScalingPolicy)
+    return result

@@ -1,0 +1,411 @@
+"""Reconcile a PrefixServing: validate, render, apply the children, prune, report.
+
+Algorithm of :func:`reconcile` (one resource; every step idempotent, so an operator restart in
+the middle converges to the same objects):
+
+1. Validate the body (``api.validation.parse_resource``). A bad spec sets ``Ready=False`` and
+   ``Degraded=True`` with reason ``InvalidSpec`` and the problems, creates and changes nothing,
+   and raises :class:`InvalidSpec`.
+2. Resolve ``spec.autoscaling.policyRef`` to the ScalingPolicy (missing: ``PolicyNotFound``,
+   rendered with the spec's values and the defaults until the policy appears).
+3. Render the children (pure, ``render.render_children``), drop those whose API is not served
+   (KEDA's ScaledObject without KEDA: ``ScalerMissing``; ServiceMonitor/PrometheusRule without
+   prometheus-operator), and note ``ScalerMissing`` for the HPA backend when the custom metrics
+   API (prometheus-adapter) is absent.
+4. Server-side apply each child with the operator's field manager and ``force``. The operator
+   owns exactly the fields it renders, so ``replicas`` left out under autoscaling, HPA/KEDA
+   status and annotations that Argo CD or Flux add stay with their owners. A refused child is
+   recorded with the server's message; the others are still applied.
+5. Delete children of this resource (owner uid and instance label) the new spec no longer
+   renders.
+6. Write ``observedGeneration``, ``routerEndpoint``, ``Degraded`` (and ``Progressing`` on a
+   new generation) and post Events for transitions.
+
+Cost: one discovery request per API group (cached when present), one apply per child, one list
+per managed kind for pruning, two status requests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from prefixserving import constants
+from prefixserving.api import names
+from prefixserving.api.defaults import effective_autoscaling
+from prefixserving.api.types import ObjectMeta, PrefixServing, ScalingPolicy
+from prefixserving.api.validation import SpecError, parse_resource, parse_scaling_policy
+from prefixserving.controller import conditions as cond
+from prefixserving.controller.drift import drifted
+from prefixserving.controller.kube import (
+    KINDS,
+    PREFIX_SERVING,
+    SCALING_POLICY,
+    Kind,
+    Kube,
+    KubeError,
+)
+from prefixserving.render import render_children
+
+logger = logging.getLogger(__name__)
+
+REASON_POLICY_NOT_FOUND = "PolicyNotFound"
+# How long kopf waits before retrying a reconcile whose children were refused.
+REFUSED_RETRY_S = 30.0
+
+# Kinds whose availability depends on optional APIs, and the API that must be served.
+_OPTIONAL_APIS: dict[tuple[str, str], tuple[str, str]] = {
+    ("keda.sh/v1alpha1", "ScaledObject"): ("keda.sh/v1alpha1", "scaledobjects"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): ("monitoring.coreos.com/v1", "servicemonitors"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): ("monitoring.coreos.com/v1", "prometheusrules"),
+}
+CUSTOM_METRICS_API = ("custom.metrics.k8s.io/v1beta1", "pods")
+# Kinds the renderer may produce, hence the kinds pruned when a spec stops rendering them.
+CHILD_KINDS: tuple[Kind, ...] = tuple(
+    KINDS[key]
+    for key in (
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ConfigMap"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("autoscaling/v2", "HorizontalPodAutoscaler"),
+        ("keda.sh/v1alpha1", "ScaledObject"),
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
+    )
+)
+
+
+class InvalidSpec(Exception):
+    """The resource failed validation; the status already says why."""
+
+
+class ChildrenRefused(Exception):
+    """The API server refused some children; the status already names them."""
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did."""
+
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    scaler_missing: str = ""
+    policy_missing: str = ""
+
+    def degraded(self) -> cond.Condition:
+        if self.refused:
+            text = "; ".join(f"{ref}: {message}" for ref, message in self.refused)
+            return cond.Condition(
+                constants.COND_DEGRADED, True, constants.REASON_CHILD_REJECTED, text
+            )
+        if self.scaler_missing:
+            return cond.Condition(
+                constants.COND_DEGRADED, True, constants.REASON_SCALER_MISSING, self.scaler_missing
+            )
+        if self.policy_missing:
+            return cond.Condition(
+                constants.COND_DEGRADED, True, REASON_POLICY_NOT_FOUND, self.policy_missing
+            )
+        return cond.Condition(
+            constants.COND_DEGRADED, False, "Reconciled", f"{len(self.applied)} objects applied"
+        )
+
+
+def ref(obj: Mapping[str, Any]) -> str:
+    """``Kind/name``, how messages and Events name a child."""
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def validate(body: Mapping[str, Any]) -> PrefixServing:
+    """Parse the spec part of an API body (status and server metadata are not validated)."""
+    return parse_resource({key: value for key, value in body.items() if key != "status"})
+
+
+def resolve_policy(kube: Kube, resource: PrefixServing) -> tuple[ScalingPolicy | None, str]:
+    """The referenced ScalingPolicy, or (None, why not) when it is missing or invalid."""
+    policy_ref = resource.spec.autoscaling.policy_ref
+    if policy_ref is None:
+        return None, ""
+    namespace = resource.metadata.namespace
+    body = kube.get(SCALING_POLICY, namespace, policy_ref.name)
+    if body is None:
+        return None, (
+            f"ScalingPolicy {namespace}/{policy_ref.name} not found; using the spec's values and "
+            f"the defaults. Create it: kubectl apply -n {namespace} -f <policy.yaml>"
+        )
+    try:
+        return parse_scaling_policy({k: v for k, v in body.items() if k != "status"}), ""
+    except SpecError as exc:
+        return None, f"ScalingPolicy {namespace}/{policy_ref.name} is invalid: {exc}"
+
+
+def desired_children(kube: Kube, resource: PrefixServing, outcome: Outcome) -> list[dict[str, Any]]:
+    """Rendered children whose API is served; notes missing scalers in ``outcome``."""
+    policy, outcome.policy_missing = resolve_policy(kube, resource)
+    policy_spec = policy.spec if policy is not None else None
+    children = render_children(resource, policy_spec)
+    served: list[dict[str, Any]] = []
+    for child in children:
+        api = _OPTIONAL_APIS.get((child["apiVersion"], child["kind"]))
+        if api is not None and not kube.served(*api):
+            outcome.skipped.append(ref(child))
+            if child["kind"] == "ScaledObject":
+                outcome.scaler_missing = (
+                    f"KEDA is not installed: {api[1]}.{api[0].split('/')[0]} is not served, so "
+                    f"{ref(child)} cannot be created. Install KEDA (helm install keda "
+                    "kedacore/keda -n keda --create-namespace) or set autoscaling.backend: hpa."
+                )
+            continue
+        served.append(child)
+    auto = effective_autoscaling(resource.spec, policy_spec)
+    if auto.enabled and auto.backend == "hpa" and not kube.served(*CUSTOM_METRICS_API):
+        outcome.scaler_missing = (
+            "the custom metrics API (custom.metrics.k8s.io/v1beta1) is not served, so the HPA "
+            "cannot read vLLM metrics. Install prometheus-adapter with the chart's rules "
+            "(helm upgrade <release> prefixserving/prefixserving-operator --set "
+            "prometheusAdapter.rules.enabled=true) or set autoscaling.backend: keda."
+        )
+    return served
+
+
+def apply_children(kube: Kube, children: Iterable[Mapping[str, Any]], outcome: Outcome) -> None:
+    for child in children:
+        try:
+            kube.apply(child)
+        except KubeError as exc:
+            if exc.status >= 500 or exc.status in (408, 429):
+                raise  # the server is unwell, not refusing: let kopf retry the whole step
+            outcome.refused.append((ref(child), exc.message))
+        else:
+            outcome.applied.append(ref(child))
+
+
+def prune(
+    kube: Kube, resource: PrefixServing, keep: Iterable[Mapping[str, Any]], outcome: Outcome
+) -> None:
+    """Delete this resource's children that are not in ``keep``."""
+    wanted = {(c["apiVersion"], c["kind"], c["metadata"]["name"]) for c in keep}
+    namespace, name, uid = (
+        resource.metadata.namespace,
+        resource.metadata.name,
+        resource.metadata.uid,
+    )
+    selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
+    for kind in CHILD_KINDS:
+        if (kind.api_version, kind.kind) in _OPTIONAL_APIS and not kube.served(
+            *_OPTIONAL_APIS[(kind.api_version, kind.kind)]
+        ):
+            continue
+        for obj in kube.list(kind, namespace, selector):
+            owners = obj["metadata"].get("ownerReferences") or []
+            key = (kind.api_version, kind.kind, obj["metadata"]["name"])
+            ours = any(o.get("uid") == uid for o in owners)
+            if key not in wanted and ours and kube.delete(kind, namespace, key[2]):
+                outcome.deleted.append(f"{kind.kind}/{key[2]}")
+
+
+def write_status(
+    kube: Kube, body: Mapping[str, Any], updates: list[cond.Condition], extra: Mapping[str, Any]
+) -> list[cond.Transition]:
+    """Set conditions and fields on ``status``; post an Event per transition."""
+    meta = body["metadata"]
+    transitions: list[cond.Transition] = []
+
+    def mutate(status: dict[str, Any]) -> dict[str, Any]:
+        nonlocal transitions
+        for key, value in extra.items():
+            old = status.get(key)
+            merge = isinstance(old, Mapping) and isinstance(value, Mapping)
+            status[key] = {**old, **value} if merge else value
+        status["conditions"], transitions = cond.apply(
+            status.get("conditions"), updates, meta.get("generation"), cond.now_rfc3339()
+        )
+        return status
+
+    result = kube.update_status(PREFIX_SERVING, meta["namespace"], meta["name"], mutate)
+    if result is None:
+        return []
+    for transition in transitions:
+        c = transition.condition
+        kube.event(
+            body,
+            "Warning" if transition.warning else "Normal",
+            c.reason,
+            f"{c.type}={c.status_text}: {c.message}" if c.message else f"{c.type}={c.status_text}",
+        )
+    return transitions
+
+
+def reject_invalid(kube: Kube, body: Mapping[str, Any], error: SpecError) -> None:
+    message = "; ".join(str(problem) for problem in error.problems)
+    reason = constants.REASON_INVALID_SPEC
+    write_status(
+        kube,
+        body,
+        [
+            cond.Condition(constants.COND_READY, False, reason, message),
+            cond.Condition(constants.COND_DEGRADED, True, reason, message),
+            cond.Condition(constants.COND_PROGRESSING, False, reason, "fix the spec to continue"),
+        ],
+        {"observedGeneration": body["metadata"].get("generation")},
+    )
+
+
+def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
+    """Steps 1-6 of the module docstring. Raises :class:`InvalidSpec` for a bad spec and
+    :class:`ChildrenRefused` when the server refused a child (both after writing status)."""
+    try:
+        resource = validate(body)
+    except SpecError as error:
+        reject_invalid(kube, body, error)
+        raise InvalidSpec(str(error)) from error
+    outcome = Outcome()
+    children = desired_children(kube, resource, outcome)
+    apply_children(kube, children, outcome)
+    prune(kube, resource, children, outcome)
+
+    meta = body["metadata"]
+    generation = meta.get("generation")
+    previous = (body.get("status") or {}).get("observedGeneration")
+    updates = [outcome.degraded()]
+    if previous != generation:
+        updates.append(
+            cond.Condition(
+                constants.COND_PROGRESSING,
+                True,
+                constants.REASON_ROLLING_OUT,
+                f"generation {generation}: applied {len(outcome.applied)} objects"
+                + (f", deleted {', '.join(outcome.deleted)}" if outcome.deleted else ""),
+            )
+        )
+    write_status(
+        kube,
+        body,
+        updates,
+        {
+            "observedGeneration": generation,
+            "routerEndpoint": names.router_url(meta["name"], meta["namespace"]),
+        },
+    )
+    if outcome.refused:
+        raise ChildrenRefused(outcome.degraded().message)
+    return outcome
+
+
+def delete_children(kube: Kube, body: Mapping[str, Any]) -> list[str]:
+    """On deletion (through the finalizer): delete every child now rather than waiting for
+    garbage collection, and record an Event. Returns what was deleted."""
+    meta = body["metadata"]
+    outcome = Outcome()
+    try:
+        resource = validate(body)
+    except SpecError:
+        resource = PrefixServing.model_construct(
+            metadata=ObjectMeta.model_construct(
+                name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid")
+            )
+        )
+    prune(kube, resource, [], outcome)
+    if outcome.deleted:
+        kube.event(body, "Normal", "Deleted", f"deleted {', '.join(outcome.deleted)}")
+    return outcome.deleted
+
+
+def repair(kube: Kube, event_type: str, child: Mapping[str, Any]) -> list[str]:
+    """Drift repair for one child event: when a child of a live PrefixServing was deleted or
+    no longer contains what the operator renders, re-apply that resource's children.
+    Returns the drifted paths (empty when nothing was done)."""
+    meta = child["metadata"]
+    owner_name = (meta.get("labels") or {}).get(constants.LABEL_INSTANCE)
+    if not owner_name:
+        return []
+    owner = kube.get(PREFIX_SERVING, meta["namespace"], owner_name)
+    if owner is None or owner["metadata"].get("deletionTimestamp"):
+        return []
+    uid = owner["metadata"]["uid"]
+    if not any(o.get("uid") == uid for o in meta.get("ownerReferences") or []):
+        return []
+    try:
+        resource = validate(owner)
+    except SpecError:
+        return []
+    outcome = Outcome()
+    children = desired_children(kube, resource, outcome)
+    key = (child["apiVersion"], child["kind"], meta["name"])
+    desired = next(
+        (c for c in children if (c["apiVersion"], c["kind"], c["metadata"]["name"]) == key), None
+    )
+    if desired is None:
+        return []
+    paths = ["(deleted)"] if event_type == "DELETED" else drifted(desired, child)
+    if not paths:
+        return []
+    apply_children(kube, children, outcome)
+    kube.event(
+        owner,
+        "Normal",
+        "DriftRepaired",
+        f"{ref(child)} was {'deleted' if event_type == 'DELETED' else 'changed'} "
+        f"({', '.join(paths[:5])}); restored",
+    )
+    return paths
+
+
+def propagate_policy(kube: Kube, namespace: str, referencing: Iterable[str]) -> list[str]:
+    """A ScalingPolicy changed: reconcile every PrefixServing that references it. Returns the
+    names reconciled; a failure of one never stops the others."""
+    done: list[str] = []
+    for name in sorted(set(referencing)):
+        body = kube.get(PREFIX_SERVING, namespace, name)
+        if body is None:
+            continue
+        try:
+            reconcile(kube, body)
+        except (InvalidSpec, ChildrenRefused) as exc:
+            logger.warning("policy change: %s/%s not fully reconciled: %s", namespace, name, exc)
+        done.append(name)
+    return done
+
+
+def policy_references(namespace: str, name: str, spec: Mapping[str, Any]) -> dict[Any, str]:
+    """Index entry ``(namespace, policy name) -> resource name`` for a PrefixServing."""
+    policy_ref = ((spec.get("autoscaling") or {}).get("policyRef") or {}).get("name")
+    return {(namespace, policy_ref): name} if policy_ref else {}
+
+
+def is_child_of_ours(obj: Mapping[str, Any]) -> bool:
+    """Owned by a PrefixServing (the ``kopf`` filter of the drift handlers)."""
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(
+        o.get("kind") == constants.KIND and o.get("apiVersion") == constants.API_VERSION
+        for o in owners
+    )
+
+
+def on_change(kube: Kube, body: Mapping[str, Any]) -> None:
+    """create / update / resume: reconcile; a bad spec is permanent until the spec changes,
+    refused children are retried after ``REFUSED_RETRY_S``."""
+    try:
+        reconcile(kube, body)
+    except InvalidSpec as exc:
+        raise kopf.PermanentError(f"invalid spec: {exc}") from exc
+    except ChildrenRefused as exc:
+        raise kopf.TemporaryError(f"children refused: {exc}", delay=REFUSED_RETRY_S) from exc
+
+
+def resync(kube: Kube, body: Mapping[str, Any]) -> None:
+    """The periodic full re-apply: catches missed events, a scaler API installed later and
+    children refused before. Problems are already in the status; nothing is raised."""
+    if body["metadata"].get("deletionTimestamp"):
+        return
+    try:
+        reconcile(kube, body)
+    except (InvalidSpec, ChildrenRefused) as exc:
+        logger.info("resync of %s: %s", body["metadata"]["name"], exc)

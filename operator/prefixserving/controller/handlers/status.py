@@ -1,0 +1,221 @@
+"""Status timers: the children's state and the Prometheus figures, written into ``status``.
+
+:func:`refresh` (every ``status_interval_s``) reads the engine and router Deployments and the
+engine pods and sets ``replicas``, ``readyReplicas`` (engine container ready), ``warmReplicas``
+(pod Ready: with warm-up on, a pod turns Ready only after its warm-up), ``Ready`` and
+``Progressing`` (see ``controller.conditions`` for the roll-up). It skips a resource whose
+current generation was judged invalid, so ``InvalidSpec`` stays visible.
+
+:func:`refresh_metrics` (every ``metrics_interval_s``) writes ``status.metrics`` and the
+``MetricsAvailable`` condition. A missing or slow Prometheus only flips that condition (old
+figures stay, their ``asOf`` shows their age); nothing else in the status changes.
+
+Cost per call: two Deployment GETs and one pod list (refresh); three PromQL queries bounded by
+the timeout (refresh_metrics); one or two status requests each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prefixserving import constants
+from prefixserving.api import names
+from prefixserving.controller import conditions as cond
+from prefixserving.controller import metrics
+from prefixserving.controller.handlers.reconcile import write_status
+from prefixserving.controller.kube import DEPLOYMENT, POD, Kube
+
+ENGINE_CONTAINER = "engine"
+REASON_ROLLOUT_COMPLETE = "RolloutComplete"
+REASON_PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
+REASON_PROMETHEUS_ANSWERED = "PrometheusAnswered"
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """What a Deployment reports about its pods."""
+
+    exists: bool
+    desired: int = 0
+    replicas: int = 0
+    ready: int = 0
+    updated: int = 0
+    rolled_out: bool = False
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any] | None) -> DeploymentState:
+        if obj is None:
+            return cls(exists=False)
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        desired = int(spec.get("replicas", 1))
+        replicas = int(status.get("replicas", 0))
+        updated = int(status.get("updatedReplicas", 0))
+        current = int(status.get("observedGeneration", 0)) >= int(
+            obj["metadata"].get("generation", 1)
+        )
+        return cls(
+            exists=True,
+            desired=desired,
+            replicas=replicas,
+            ready=int(status.get("readyReplicas", 0)),
+            updated=updated,
+            rolled_out=current and updated >= desired and replicas <= updated,
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    engine: DeploymentState
+    router: DeploymentState
+    engine_container_ready: int
+    warm: int
+
+
+def _pod_counts(pods: list[dict[str, Any]]) -> tuple[int, int]:
+    """(engine container ready, pod Ready) over the engine pods."""
+    ready = warm = 0
+    for pod in pods:
+        status = pod.get("status") or {}
+        if any(
+            c.get("name") == ENGINE_CONTAINER and c.get("ready")
+            for c in status.get("containerStatuses") or []
+        ):
+            ready += 1
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
+            warm += 1
+    return ready, warm
+
+
+def observe(kube: Kube, namespace: str, name: str) -> Observation:
+    engine = DeploymentState.of(kube.get(DEPLOYMENT, namespace, names.engine_deployment(name)))
+    router = DeploymentState.of(kube.get(DEPLOYMENT, namespace, names.router_deployment(name)))
+    selector = ",".join(f"{k}={v}" for k, v in names.engine_selector(name).items())
+    pods = kube.list(POD, namespace, selector)
+    if pods:
+        ready, warm = _pod_counts(pods)
+    else:  # no pod visibility (or none yet): the Deployment's count is all there is
+        ready = warm = engine.ready
+    return Observation(engine=engine, router=router, engine_container_ready=ready, warm=warm)
+
+
+def judge(observation: Observation) -> list[cond.Condition]:
+    """Ready and Progressing from an observation."""
+    engine, router = observation.engine, observation.router
+    engines = f"{engine.ready}/{engine.desired} engine replicas ready ({observation.warm} warm)"
+    routers = f"{router.ready}/{router.desired} router replicas ready"
+    if not engine.exists or engine.ready == 0:
+        ready = cond.Condition(
+            constants.COND_READY,
+            False,
+            constants.REASON_ENGINE_UNAVAILABLE,
+            f"{engines}; see kubectl describe deployment for model loading or scheduling problems",
+        )
+    elif not router.exists or router.ready == 0:
+        ready = cond.Condition(
+            constants.COND_READY, False, constants.REASON_ROUTER_UNAVAILABLE, routers
+        )
+    else:
+        ready = cond.Condition(
+            constants.COND_READY, True, constants.REASON_READY, f"{engines}; {routers}"
+        )
+    if engine.rolled_out and router.rolled_out:
+        progressing = cond.Condition(
+            constants.COND_PROGRESSING, False, REASON_ROLLOUT_COMPLETE, "all replicas updated"
+        )
+    else:
+        progressing = cond.Condition(
+            constants.COND_PROGRESSING,
+            True,
+            constants.REASON_ROLLING_OUT,
+            f"engine {engine.updated}/{engine.desired} updated; "
+            f"router {router.updated}/{router.desired} updated",
+        )
+    return [ready, progressing]
+
+
+def _judged_invalid(body: Mapping[str, Any]) -> bool:
+    status = body.get("status") or {}
+    ready = cond.find(status.get("conditions"), constants.COND_READY)
+    return bool(
+        ready
+        and ready.get("reason") == constants.REASON_INVALID_SPEC
+        and status.get("observedGeneration") == body["metadata"].get("generation")
+    )
+
+
+def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
+    """Children -> replica counts, Ready, Progressing. None when skipped."""
+    meta = body["metadata"]
+    status = body.get("status") or {}
+    if _judged_invalid(body) or status.get("observedGeneration") is None:
+        return None  # invalid, or not reconciled yet: nothing to judge
+    observation = observe(kube, meta["namespace"], meta["name"])
+    updates = judge(observation)
+    if status.get("observedGeneration") != meta.get("generation"):
+        updates = [u for u in updates if u.type != constants.COND_PROGRESSING]
+    write_status(
+        kube,
+        body,
+        updates,
+        {
+            "replicas": observation.engine.replicas,
+            "readyReplicas": observation.engine_container_ready,
+            "warmReplicas": observation.warm,
+        },
+    )
+    return observation
+
+
+def refresh_metrics(
+    kube: Kube, body: Mapping[str, Any], prometheus_url: str, timeout_s: float
+) -> metrics.Figures | None:
+    """Prometheus -> ``status.metrics``; a failure degrades only ``MetricsAvailable``."""
+    meta = body["metadata"]
+    if not prometheus_url:
+        write_status(
+            kube,
+            body,
+            [
+                cond.Condition(
+                    constants.COND_METRICS,
+                    None,
+                    REASON_PROMETHEUS_NOT_CONFIGURED,
+                    "start the operator with --prometheus-url to fill status.metrics",
+                )
+            ],
+            {},
+        )
+        return None
+    try:
+        figures = metrics.query(prometheus_url, meta["namespace"], meta["name"], timeout_s)
+    except metrics.MetricsUnavailable as exc:
+        write_status(
+            kube,
+            body,
+            [
+                cond.Condition(
+                    constants.COND_METRICS, False, constants.REASON_PROMETHEUS_UNAVAILABLE, str(exc)
+                )
+            ],
+            {},
+        )
+        return None
+    write_status(
+        kube,
+        body,
+        [
+            cond.Condition(
+                constants.COND_METRICS,
+                True,
+                REASON_PROMETHEUS_ANSWERED,
+                f"queried {prometheus_url}",
+            )
+        ],
+        {"metrics": figures.as_status(cond.now_rfc3339())},
+    )
+    return figures

@@ -1,0 +1,71 @@
+"""The figures of ``status.metrics``, queried from Prometheus with ``prometheus-api-client``.
+
+Three instant queries per resource (the PromQL is in ``prefixserving.autoscaling.promql``,
+shared with the autoscalers): the prefix-cache hit rate over 5 minutes (rate of hit tokens /
+rate of queried tokens), the average KV cache usage and the average queue depth per engine pod.
+A query with no series (no engine scraped yet, or no traffic in the window: 0/0) yields None
+for that figure. Any transport error, timeout or Prometheus error raises
+:class:`MetricsUnavailable` with a message fit for a condition; the caller degrades only the
+metrics block. Cost: three HTTP requests, each bounded by ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from prefixserving.autoscaling import promql
+
+
+class MetricsUnavailable(Exception):
+    """Prometheus could not answer; the message says why (shown in the condition)."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    hit_rate: float | None
+    kv_cache_usage: float | None
+    queue_depth: float | None
+
+    def as_status(self, as_of: str) -> dict[str, float | str | None]:
+        """camelCase keys of ``status.metrics``."""
+        return {
+            "hitRate": self.hit_rate,
+            "kvCacheUsage": self.kv_cache_usage,
+            "queueDepth": self.queue_depth,
+            "asOf": as_of,
+        }
+
+
+def _scalar(client: PrometheusConnect, query: str, timeout_s: float) -> float | None:
+    result = client.custom_query(query, timeout=timeout_s)  # type: ignore[arg-type]
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return None if math.isnan(value) or math.isinf(value) else round(value, 6)
+
+
+def query(url: str, namespace: str, name: str, timeout_s: float) -> Figures:
+    """Query the three figures of one PrefixServing; raises :class:`MetricsUnavailable`."""
+    # No retries: a slow or missing Prometheus must cost at most one timeout per query.
+    client = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+    try:
+        return Figures(
+            hit_rate=_scalar(client, promql.prefix_cache_hit_rate(namespace, name), timeout_s),
+            kv_cache_usage=_scalar(client, promql.kv_cache_usage(namespace, name), timeout_s),
+            queue_depth=_scalar(client, promql.queue_depth_per_replica(namespace, name), timeout_s),
+        )
+    except requests.Timeout as exc:
+        raise MetricsUnavailable(
+            f"Prometheus at {url} did not answer within {timeout_s:g}s"
+        ) from exc
+    except requests.RequestException as exc:
+        raise MetricsUnavailable(
+            f"Prometheus at {url} is unreachable: {type(exc).__name__}"
+        ) from exc
+    except PrometheusApiClientException as exc:
+        raise MetricsUnavailable(f"Prometheus at {url} refused the query: {exc}") from exc

@@ -1,0 +1,243 @@
+"""Stride lanes: the scan order of the waiting queue.
+
+Every waiting request sits in one **lane**: one lane per cluster (requests whose first prompt
+block is shared with another waiting request or is already cached; keyed by that block's hash)
+plus one **solo** lane for requests that share nothing. Inside a lane the order is arrival order.
+
+Across lanes two classes of picks are **stride**-scheduled on prefill tokens:
+
+* the **FCFS spine**: the oldest presentable request of all lanes (exactly vLLM's FCFS order);
+* **ride-along**: the oldest head among *hot* lanes, a head whose prompt is mostly cached (for
+  example the siblings right behind their pioneer). Ride-along is only switched on while the
+  eviction guard reports cache pressure, i.e. while waiting would likely cost the hit.
+
+Each class has a pass value. A pick of ``c`` prefill tokens (uncached tokens, at least one
+block) advances the spine's pass by ``c / (1 - s)`` or the ride-along pass by ``c / s``, where
+``s`` is the ride-along share; the class with the lower pass picks next, and an idle ride-along
+class cannot bank credit (its pass is lifted to the spine's). A hot cluster therefore gets at
+most the share ``s`` of the prefill tokens ahead of FCFS order and cannot starve anyone.
+
+**Extra-wait bound** (documented guarantee, checked by a property test): between two spine
+picks, ride-along admits at most ``s / (1 - s) * c_prev + c_max`` prefill tokens, where
+``c_prev`` is the cost of the previous spine pick and ``c_max`` the largest single request. So
+the FCFS head is admitted after at most that much out-of-order prefill work, and a request's
+position in prefill work is at most ``1 / (1 - s)`` times its FCFS position plus one request.
+With pressure off, the order is exactly FCFS.
+
+**Parameters**: ``ride_share`` (default 0.5), ``hot_min_cached_fraction`` (0.5: a head is hot
+when at least half its prompt tokens are cached), ``max_hot_lanes`` (16 most recently hot).
+
+**Cost**: add / park / unpark / remove are O(log n) (binary heaps with lazy deletion); a pick is
+O(max_hot_lanes * blocks) for the hot check plus amortised O(log n). Nothing walks the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+R = TypeVar("R")
+
+SOLO_LANE: tuple[str, None] = ("solo", None)
+DEFAULT_RIDE_SHARE = 0.5
+DEFAULT_MAX_HOT_LANES = 16
+
+
+def cluster_lane(root_hash: Hashable) -> tuple[str, Hashable]:
+    """Lane key of the cluster whose first prompt block hashes to ``root_hash``."""
+    return ("cluster", root_hash)
+
+
+class Pick(Enum):
+    """Which stride class presented a request (also a metric label)."""
+
+    FCFS = "fcfs"
+    RIDE_ALONG = "ride_along"
+
+
+@dataclass(slots=True)
+class Entry(Generic[R]):
+    """One waiting request. ``seq`` orders it (negative when prepended); ``present`` is False
+    while the holding table parks it; ``version`` invalidates stale heap entries."""
+
+    rid: str
+    request: R
+    seq: int
+    lane: Hashable
+    present: bool = True
+    version: int = 0
+
+
+@dataclass(slots=True)
+class _Lane:
+    heap: list[tuple[int, int, str]]
+    size: int = 0
+
+
+class Lanes(Generic[R]):
+    """Lanes, the FCFS spine and the two-class stride between spine and ride-along."""
+
+    def __init__(
+        self,
+        ride_share: float = DEFAULT_RIDE_SHARE,
+        max_hot_lanes: int = DEFAULT_MAX_HOT_LANES,
+    ) -> None:
+        if not 0.0 <= ride_share < 1.0:
+            raise ValueError("ride_share must be in [0, 1)")
+        self.ride_share = ride_share
+        self.max_hot_lanes = max_hot_lanes
+        self.ride_enabled = False
+        self.spine_pass = 0.0
+        self.ride_pass = 0.0
+        self._entries: dict[str, Entry[R]] = {}
+        self._spine: list[tuple[int, int, str]] = []
+        self._lanes: dict[Hashable, _Lane] = {}
+        self._hot: OrderedDict[Hashable, None] = OrderedDict()
+        self._next_seq = itertools.count()
+        self._front_seq = itertools.count(-1, -1)
+
+    # -- membership -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._entries
+
+    def get(self, rid: str) -> Entry[R] | None:
+        return self._entries.get(rid)
+
+    def __iter__(self) -> Iterator[Entry[R]]:
+        """All entries (present and parked) in scan order of the spine. O(n log n)."""
+        return iter(sorted(self._entries.values(), key=lambda e: e.seq))
+
+    @property
+    def num_lanes(self) -> int:
+        return len(self._lanes)
+
+    def lane_size(self, lane: Hashable) -> int:
+        state = self._lanes.get(lane)
+        return 0 if state is None else state.size
+
+    def add(self, rid: str, request: R, lane: Hashable, *, front: bool = False) -> Entry[R]:
+        """Append (or, with ``front``, prepend) a request to ``lane``. O(log n)."""
+        if rid in self._entries:
+            raise ValueError(f"request {rid} is already queued")
+        seq = next(self._front_seq) if front else next(self._next_seq)
+        entry = Entry(rid=rid, request=request, seq=seq, lane=lane)
+        self._entries[rid] = entry
+        self._lanes.setdefault(lane, _Lane(heap=[])).size += 1
+        self._push(entry)
+        return entry
+
+    def remove(self, rid: str) -> Entry[R]:
+        """Drop a request (admitted or aborted). O(1) plus lazy heap cleanup later."""
+        entry = self._entries.pop(rid)
+        entry.version += 1
+        state = self._lanes[entry.lane]
+        state.size -= 1
+        if state.size == 0:
+            del self._lanes[entry.lane]
+            self._hot.pop(entry.lane, None)
+        return entry
+
+    def move(self, rid: str, lane: Hashable) -> None:
+        """Move a request to another lane, keeping its place in arrival order. O(log n)."""
+        entry = self._entries.get(rid)
+        if entry is None or entry.lane == lane:
+            return
+        present = entry.present
+        self.remove(rid)
+        entry.lane = lane
+        self._entries[rid] = entry
+        self._lanes.setdefault(lane, _Lane(heap=[])).size += 1
+        entry.present = present
+        if present:
+            self._push(entry)
+
+    def park(self, rid: str) -> None:
+        """Take a request out of the scan order (a held sibling). O(1)."""
+        entry = self._entries[rid]
+        entry.present = False
+        entry.version += 1
+
+    def unpark(self, rid: str) -> None:
+        """Put a parked request back at its original place; its lane becomes hot. O(log n)."""
+        entry = self._entries.get(rid)
+        if entry is None or entry.present:
+            return
+        entry.present = True
+        self._push(entry)
+        self.mark_hot(entry.lane)
+
+    def mark_hot(self, lane: Hashable) -> None:
+        """Remember ``lane`` as a ride-along candidate (most recent first out of the cap)."""
+        if lane == SOLO_LANE or lane not in self._lanes:
+            return
+        self._hot[lane] = None
+        self._hot.move_to_end(lane)
+        while len(self._hot) > self.max_hot_lanes:
+            self._hot.popitem(last=False)
+
+    # -- picking --------------------------------------------------------------------------------
+    def spine_head(self) -> Entry[R] | None:
+        """Oldest presentable request of all lanes. Amortised O(log n)."""
+        return self._clean_head(self._spine)
+
+    def lane_head(self, lane: Hashable) -> Entry[R] | None:
+        state = self._lanes.get(lane)
+        return None if state is None else self._clean_head(state.heap)
+
+    def next_pick(self, is_hot: Callable[[Entry[R]], bool]) -> tuple[Entry[R], Pick] | None:
+        """The request to present next and the class that picks it.
+
+        Ride-along picks when enabled, its pass is not ahead of the spine's, and some hot lane's
+        head passes ``is_hot``; lanes whose head is not hot leave the hot set."""
+        spine = self.spine_head()
+        if spine is None:
+            return None
+        if self.ride_enabled and self.ride_share > 0 and self.ride_pass <= self.spine_pass:
+            ride = self._oldest_hot_head(is_hot)
+            if ride is not None and ride.rid != spine.rid:
+                return ride, Pick.RIDE_ALONG
+        if self.ride_pass < self.spine_pass:
+            self.ride_pass = self.spine_pass
+        return spine, Pick.FCFS
+
+    def charge(self, pick: Pick, cost_tokens: float) -> None:
+        """Advance the stride pass of the class that admitted ``cost_tokens`` of prefill."""
+        if pick is Pick.RIDE_ALONG:
+            self.ride_pass += cost_tokens / self.ride_share
+        else:
+            self.spine_pass += cost_tokens / (1.0 - self.ride_share)
+
+    def _oldest_hot_head(self, is_hot: Callable[[Entry[R]], bool]) -> Entry[R] | None:
+        best: Entry[R] | None = None
+        for lane in list(self._hot):
+            head = self.lane_head(lane)
+            if head is None:
+                continue
+            if not is_hot(head):
+                del self._hot[lane]
+                continue
+            if best is None or head.seq < best.seq:
+                best = head
+        return best
+
+    def _push(self, entry: Entry[R]) -> None:
+        item = (entry.seq, entry.version, entry.rid)
+        heapq.heappush(self._spine, item)
+        heapq.heappush(self._lanes[entry.lane].heap, item)
+
+    def _clean_head(self, heap: list[tuple[int, int, str]]) -> Entry[R] | None:
+        while heap:
+            _, version, rid = heap[0]
+            entry = self._entries.get(rid)
+            if entry is not None and entry.present and entry.version == version:
+                return entry
+            heapq.heappop(heap)
+        return None

@@ -1,0 +1,204 @@
+"""PEEK's Prometheus metrics, served on the engine's own ``/metrics`` next to vLLM's.
+
+vLLM's scheduler runs in the engine-core process while ``/metrics`` is served by the API server
+process from prometheus_client's default registry. The two meet through a snapshot file:
+
+* the API server process loads the ``vllm.general_plugins`` entry point :func:`register`
+  before it spawns the engine core; it sets ``PREFIXSERVING_PEEK_METRICS_FILE`` (a per-server
+  temporary path unless already set) and registers :class:`SnapshotCollector` in the default
+  registry, so every scrape of ``/metrics`` includes the snapshot;
+* the engine core inherits the variable; the scheduler's :class:`SnapshotWriter` rewrites the
+  file (text exposition format, atomic rename) at most once per ``interval_s``, one file per
+  data-parallel engine (``<path>.<engine>``).
+
+A snapshot older than ``max_age_s`` (the engine died) is not exported. With
+``PROMETHEUS_MULTIPROC_DIR`` set (several API servers), the same file is read by each server.
+
+Metric names (labels ``engine``, ``model_name`` as on vLLM's metrics):
+
+============================================  =======  ==========================================
+name                                          type     meaning
+============================================  =======  ==========================================
+``prefixserving:peek_held_siblings``          gauge    siblings held for a running pioneer
+``prefixserving:peek_pinned_blocks``          gauge    KV blocks hard-pinned by the guard
+``prefixserving:peek_lanes``                  gauge    lanes with waiting requests
+``prefixserving:peek_lane_share``             gauge    share of admitted prefill tokens per lane
+                                                       kind (``lane="solo"|"cluster"``)
+``prefixserving:peek_pick_share``             gauge    share of admitted prefill tokens per
+                                                       stride class (``pick="fcfs"|"ride_along"``)
+``prefixserving:peek_admitted_total``         counter  admitted requests per stride class
+``prefixserving:peek_sibling_holds_total``    counter  times a sibling was held
+``prefixserving:peek_pressure_steps_total``   counter  steps the guard reported cache pressure
+============================================  =======  ==========================================
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector, CollectorRegistry
+
+ENV_METRICS_FILE = "PREFIXSERVING_PEEK_METRICS_FILE"
+PREFIX = "prefixserving:peek_"
+LABELS = ("engine", "model_name")
+
+
+@dataclass(frozen=True, slots=True)
+class PeekSnapshot:
+    """Values of one engine's PEEK metrics at one moment."""
+
+    held_siblings: int
+    pinned_blocks: int
+    lanes: int
+    lane_tokens: dict[str, int]
+    pick_tokens: dict[str, int]
+    admitted: dict[str, int]
+    sibling_holds: int
+    pressure_steps: int
+
+
+def _shares(tokens: dict[str, int]) -> dict[str, float]:
+    total = sum(tokens.values())
+    return {key: (value / total if total else 0.0) for key, value in tokens.items()}
+
+
+def snapshot_families(snap: PeekSnapshot, engine: str, model_name: str) -> list[Metric]:
+    """Prometheus metric families for a snapshot."""
+    base = [engine, model_name]
+    families: list[Metric] = []
+    for name, doc, value in (
+        ("held_siblings", "Siblings held for a running pioneer.", snap.held_siblings),
+        ("pinned_blocks", "KV blocks hard-pinned by the eviction guard.", snap.pinned_blocks),
+        ("lanes", "Lanes with waiting requests.", snap.lanes),
+    ):
+        gauge = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
+        gauge.add_metric(base, value)
+        families.append(gauge)
+    for name, label, doc, tokens in (
+        ("lane_share", "lane", "Admitted prefill token share per lane kind.", snap.lane_tokens),
+        (
+            "pick_share",
+            "pick",
+            "Admitted prefill token share per stride class.",
+            snap.pick_tokens,
+        ),
+    ):
+        gauge = GaugeMetricFamily(PREFIX + name, doc, labels=[*LABELS, label])
+        for key, share in sorted(_shares(tokens).items()):
+            gauge.add_metric([*base, key], share)
+        families.append(gauge)
+    admitted = CounterMetricFamily(
+        PREFIX + "admitted", "Admitted requests per stride class.", labels=[*LABELS, "pick"]
+    )
+    for key, value in sorted(snap.admitted.items()):
+        admitted.add_metric([*base, key], value)
+    families.append(admitted)
+    for name, doc, value in (
+        ("sibling_holds", "Times a sibling was held for its pioneer.", snap.sibling_holds),
+        (
+            "pressure_steps",
+            "Steps the guard reported cache pressure.",
+            snap.pressure_steps,
+        ),
+    ):
+        counter = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
+        counter.add_metric(base, value)
+        families.append(counter)
+    return families
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+def render_snapshot(snap: PeekSnapshot, engine: str, model_name: str) -> bytes:
+    """Text exposition of a snapshot."""
+    registry = CollectorRegistry()
+    registry.register(_Families(snapshot_families(snap, engine, model_name)))
+    return generate_latest(registry)
+
+
+class SnapshotWriter:
+    """Writes one engine's snapshot file at most once per ``interval_s`` (engine process)."""
+
+    def __init__(self, path: str, engine: str, model_name: str, interval_s: float = 1.0) -> None:
+        self.path = Path(f"{path}.{engine}")
+        self.engine = engine
+        self.model_name = model_name
+        self.interval_s = interval_s
+        self._last_write = float("-inf")
+
+    @classmethod
+    def from_env(cls, engine: str, model_name: str) -> SnapshotWriter | None:
+        path = os.environ.get(ENV_METRICS_FILE)
+        return None if not path else cls(path, engine, model_name)
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last_write >= self.interval_s
+
+    def write(self, snap: PeekSnapshot) -> None:
+        self._last_write = time.monotonic()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(render_snapshot(snap, self.engine, self.model_name))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+class SnapshotCollector(Collector):
+    """Exports the snapshot files ``<path>.<engine>`` (API server process)."""
+
+    def __init__(self, path: str, max_age_s: float = 60.0) -> None:
+        self.path = path
+        self.max_age_s = max_age_s
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per name, with the samples of every fresh engine file."""
+        now = time.time()
+        merged: dict[str, Metric] = {}
+        for file in sorted(glob.glob(glob.escape(self.path) + ".*")):
+            if file.endswith(".tmp"):
+                continue
+            try:
+                if now - os.path.getmtime(file) > self.max_age_s:
+                    continue
+                text = Path(file).read_text()
+            except OSError:
+                continue
+            for family in text_string_to_metric_families(text):
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        yield from merged.values()
+
+
+_registered = False
+
+
+def register() -> None:
+    """``vllm.general_plugins`` entry point: runs in every vLLM process, idempotent."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    path = os.environ.get(ENV_METRICS_FILE)
+    if not path:
+        path = os.path.join(tempfile.gettempdir(), f"prefixserving-peek-{os.getpid()}.prom")
+        os.environ[ENV_METRICS_FILE] = path
+    REGISTRY.register(SnapshotCollector(path))

@@ -1,0 +1,81 @@
+"""PEEK settings: the ``scheduler`` block of a PrefixServing spec, as the engine process sees it.
+
+The operator passes the block to the engine as environment variables (names in
+:mod:`prefixserving.constants`); :meth:`PeekSettings.from_env` reads them with these defaults:
+
+========================================  =======  ===============================================
+variable                                  default  meaning
+========================================  =======  ===============================================
+``PREFIXSERVING_MAX_SIBLING_WAIT_MS``     500      longest a sibling is held for its pioneer
+                                                   (0 turns holding off)
+``PREFIXSERVING_PIN_BUDGET_FRACTION``     0.0      share of the KV pool the guard may hard-pin
+                                                   (0: only LRU reordering, no capacity cost)
+``PREFIXSERVING_LANES``                   true     stride lanes with ride-along under cache
+                                                   pressure; false keeps plain FCFS order
+========================================  =======  ===============================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prefixserving.constants import (
+    ENV_LANES,
+    ENV_MAX_SIBLING_WAIT_MS,
+    ENV_PIN_BUDGET_FRACTION,
+)
+from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
+from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
+from prefixserving.peek.lanes import DEFAULT_RIDE_SHARE
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class PeekSettings:
+    """PEEK knobs. ``ride_share`` and ``hot_min_cached_fraction`` are design constants exposed
+    for benchmarks, not spec fields."""
+
+    max_sibling_wait_ms: float = DEFAULT_MAX_SIBLING_WAIT_S * 1000.0
+    pin_budget_fraction: float = DEFAULT_PIN_BUDGET_FRACTION
+    lanes: bool = True
+    ride_share: float = DEFAULT_RIDE_SHARE
+    hot_min_cached_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_sibling_wait_ms < 0:
+            raise ValueError(f"{ENV_MAX_SIBLING_WAIT_MS} must be >= 0")
+        if not 0.0 <= self.pin_budget_fraction <= 1.0:
+            raise ValueError(f"{ENV_PIN_BUDGET_FRACTION} must be between 0 and 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PeekSettings:
+        """Read the settings; raise ValueError naming the variable on a bad value."""
+        env = os.environ if env is None else env
+        kwargs: dict[str, float | bool] = {}
+        if (raw := env.get(ENV_MAX_SIBLING_WAIT_MS)) is not None:
+            kwargs["max_sibling_wait_ms"] = _number(ENV_MAX_SIBLING_WAIT_MS, raw)
+        if (raw := env.get(ENV_PIN_BUDGET_FRACTION)) is not None:
+            kwargs["pin_budget_fraction"] = _number(ENV_PIN_BUDGET_FRACTION, raw)
+        if (raw := env.get(ENV_LANES)) is not None:
+            kwargs["lanes"] = _flag(ENV_LANES, raw)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def _number(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number, e.g. {name}=500") from None
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean, e.g. {name}=true")

@@ -1,0 +1,331 @@
+"""The router's HTTP app (starlette) and its lifecycle.
+
+Routes:
+
+- ``POST /v1/completions``, ``POST /v1/chat/completions``: read the body (at most
+  ``max_body_bytes``, within ``body_timeout_s``), key it (``router.keys``), record it for
+  prefix hygiene and hot prefixes, ask the policy for a backend and forward
+  (``router.proxy``). Answers ``400`` for malformed JSON, a missing ``model`` or a bad prompt,
+  ``413`` for a body over the limit, ``408`` for a body too slow to arrive, ``503`` with
+  ``Retry-After`` when no backend is available, all with OpenAI-style error bodies.
+- ``GET /v1/models``: forwarded to a healthy backend (rotating), with the same retry.
+- ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic.
+- ``GET /metrics``: Prometheus exposition (``router.metrics``).
+- ``GET /v1/prefixserving/hot-prefixes``: see ``router.hot``.
+- ``GET /v1/prefixserving/hygiene``: per-model new-first-block ratio, cause and hint.
+
+The lifespan starts the pool's discovery and scrape loop and closes the HTTP clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from prefixserving import constants
+from prefixserving.router import keys
+from prefixserving.router.backends import BackendPool
+from prefixserving.router.errors import error_response
+from prefixserving.router.hot import DEFAULT_LIMIT, MAX_LIMIT, HotPrefixes
+from prefixserving.router.hygiene import PrefixHygiene
+from prefixserving.router.metrics import RouterMetrics
+from prefixserving.router.policies.base import (
+    Decision,
+    DecisionReason,
+    RoutingContext,
+    RoutingPolicy,
+)
+from prefixserving.router.proxy import Exchange, upstream_headers
+
+KeyFunction = Callable[[Mapping[str, Any], keys.KeyConfig], keys.PrefixKey]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """Limits and upstream timeouts.
+
+    ``max_body_bytes``: largest request body accepted (16 MiB). ``body_timeout_s``: time
+    allowed to receive the body (30 s). ``retry_after_s``: ``Retry-After`` of a 503 (1 s).
+    ``connect_timeout_s`` (2 s) and ``read_timeout_s`` (600 s, the longest silence between
+    upstream bytes, which covers queueing plus prefill of a non-streamed answer) bound upstream
+    calls. ``max_connections``: upstream connection pool size (1024).
+    """
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    body_timeout_s: float = 30.0
+    retry_after_s: int = 1
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 600.0
+    max_connections: int = 1024
+
+
+class _BadBody(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Router:
+    """State of one router instance: pool, policy, key config, hygiene, hot prefixes, metrics.
+
+    ``transport`` replaces the upstream HTTP transport (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: BackendPool,
+        policy: RoutingPolicy,
+        key_config: keys.KeyConfig | None = None,
+        config: RouterConfig | None = None,
+        hygiene: PrefixHygiene | None = None,
+        hot: HotPrefixes | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.key_config = key_config or keys.KeyConfig()
+        self.config = config or RouterConfig()
+        self.hygiene = hygiene or PrefixHygiene()
+        self.hot = hot or HotPrefixes(self.key_config)
+        self.metrics = RouterMetrics(pool, self.hygiene)
+        self._transport = transport
+        self._rotation = itertools.count()
+        self.client: httpx.AsyncClient | None = None
+
+    # Lifecycle ------------------------------------------------------------------------------
+
+    def _make_client(
+        self, max_connections: int, verify: ssl.SSLContext | bool
+    ) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=self._transport,
+            verify=verify,
+            timeout=httpx.Timeout(
+                connect=self.config.connect_timeout_s,
+                read=self.config.read_timeout_s,
+                write=self.config.read_timeout_s,
+                pool=self.config.connect_timeout_s,
+            ),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            trust_env=False,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        # Loading CA certificates takes ~0.3 s: only when a backend speaks TLS.
+        tls = any(url.startswith("https://") for url in self.pool.members)
+        verify: ssl.SSLContext | bool = ssl.create_default_context() if tls else False
+        self.client = self._make_client(self.config.max_connections, verify)
+        scrape_client = self._make_client(64, verify)
+        await self.pool.refresh_members()
+        task = asyncio.create_task(self.pool.run(scrape_client))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await scrape_client.aclose()
+            await self.client.aclose()
+
+    # Request handling -----------------------------------------------------------------------
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _BadBody(413, f"request body is over the limit of {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise _BadBody(413, f"request body is over the limit of {limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError as error:
+            raise _BadBody(408, "request body not received in time") from error
+        return b"".join(chunks)
+
+    def _no_backend(self) -> Response:
+        self.metrics.requests.labels("", "no_backend").inc()
+        return error_response(
+            503,
+            "no engine replica is ready; retry shortly (check: kubectl get pods -l "
+            f"{constants.LABEL_COMPONENT}={constants.COMPONENT_ENGINE})",
+            headers={"Retry-After": str(self.config.retry_after_s)},
+        )
+
+    def _reject(self, status: int, message: str, param: str | None = None) -> Response:
+        self.metrics.requests.labels("", "rejected").inc()
+        return error_response(status, message, param=param)
+
+    def _exchange(
+        self,
+        request: Request,
+        body: bytes,
+        backend: str,
+        next_candidate: Callable[[str], str | None],
+        on_retry: Callable[[str], None],
+        on_complete: Callable[[str], None],
+        received_at: float,
+    ) -> Exchange:
+        assert self.client is not None, "the router's lifespan has not started"
+        path = request.url.path
+        if request.url.query:
+            path += "?" + request.url.query
+        return Exchange(
+            client=self.client,
+            pool=self.pool,
+            metrics=self.metrics,
+            method=request.method,
+            path=path,
+            headers=upstream_headers(request.headers.raw),
+            body=body,
+            backend=backend,
+            next_candidate=next_candidate,
+            on_retry=on_retry,
+            on_complete=on_complete,
+            received_at=received_at,
+        )
+
+    def routed_endpoint(self, key_function: KeyFunction) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> ASGIApp:
+            try:
+                raw = await self._read_body(request)
+            except _BadBody as error:
+                return self._reject(error.status, str(error))
+            received_at = time.perf_counter()
+            try:
+                body = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as error:
+                return self._reject(400, f"request body is not valid JSON: {error}")
+            try:
+                key = key_function(body, self.key_config)
+            except keys.RequestError as error:
+                return self._reject(400, str(error), error.param)
+            self.hygiene.observe(key)
+            self.hot.observe(key, body)
+            backends = self.pool.healthy()
+            if not backends:
+                return self._no_backend()
+            ctx = RoutingContext(key.blocks, backends, self.pool.loads())
+            decision = self.policy.select(ctx)
+            self.metrics.decisions.labels(self.policy.name, decision.reason.value).inc()
+            self.policy.on_routed(ctx, decision)
+
+            def next_candidate(failed: str) -> str | None:
+                ranking = [b for b in self.policy.rank(key.blocks, backends) if b != failed]
+                return ranking[0] if ranking else None
+
+            def on_retry(backend: str) -> None:
+                self.policy.on_routed(ctx, Decision(backend, DecisionReason.FALLBACK))
+
+            return self._exchange(
+                request,
+                raw,
+                decision.backend,
+                next_candidate,
+                on_retry,
+                self.policy.on_complete,
+                received_at,
+            )
+
+        return endpoint
+
+    async def models(self, request: Request) -> ASGIApp:
+        backends = self.pool.healthy()
+        if not backends:
+            return self._no_backend()
+        start = next(self._rotation) % len(backends)
+        order = backends[start:] + backends[:start]
+
+        def next_candidate(failed: str) -> str | None:
+            rest = [b for b in order if b != failed]
+            return rest[0] if rest else None
+
+        return self._exchange(
+            request, b"", order[0], next_candidate, _ignore, _ignore, time.perf_counter()
+        )
+
+    async def healthz(self, _request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, _request: Request) -> Response:
+        healthy = len(self.pool.healthy())
+        body = {"healthy_backends": healthy, "backends": len(self.pool)}
+        return JSONResponse(body, status_code=200 if healthy else 503)
+
+    async def prometheus(self, _request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def hot_prefixes(self, request: Request) -> Response:
+        raw_limit = request.query_params.get("limit", str(DEFAULT_LIMIT))
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+            return error_response(400, f"limit must be 1..{MAX_LIMIT}", param="limit")
+        limit = int(raw_limit)
+        member = request.query_params.get("member")
+        backends = list(self.pool.healthy())
+        if member:
+            member = member.rstrip("/")
+            rows = self.hot.owned_by(member, backends, self.policy, limit)
+        else:
+            rows = self.hot.top(limit)
+        body = {
+            "member": member or None,
+            "backends": backends,
+            "prefixes": [row.to_json() for row in rows],
+        }
+        return JSONResponse(body)
+
+    async def hygiene_report(self, _request: Request) -> Response:
+        models = [
+            {
+                "model": r.model,
+                "requests": r.requests,
+                "new_first_block_ratio": r.new_ratio,
+                "cause": r.cause.value,
+                "offset": r.offset,
+                "hint": r.hint,
+            }
+            for r in self.hygiene.report()
+        ]
+        return JSONResponse({"models": models})
+
+
+def _ignore(_backend: str) -> None:
+    """No policy bookkeeping (``/v1/models`` is not routed by prefix)."""
+
+
+def build_app(router: Router) -> Starlette:
+    """The starlette app of ``router``; run it with ``router.server.serve``."""
+    routes = [
+        Route("/v1/completions", router.routed_endpoint(keys.completion_key), methods=["POST"]),
+        Route("/v1/chat/completions", router.routed_endpoint(keys.chat_key), methods=["POST"]),
+        Route("/v1/models", router.models, methods=["GET"]),
+        Route("/healthz", router.healthz, methods=["GET"]),
+        Route("/readyz", router.readyz, methods=["GET"]),
+        Route("/metrics", router.prometheus, methods=["GET"]),
+        Route(constants.ROUTER_HOT_PREFIXES_PATH, router.hot_prefixes, methods=["GET"]),
+        Route(constants.ROUTER_HYGIENE_PATH, router.hygiene_report, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=router.lifespan)

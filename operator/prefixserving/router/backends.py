@@ -1,0 +1,276 @@
+"""Backend discovery, load scraping and passive health.
+
+**Discovery**: a static list of base URLs (local use), or the DNS name of the engine headless
+Service (Kubernetes). A headless Service lists only Ready pods, so a replica still warming up
+gets no traffic. The name is resolved every ``dns_interval_s`` through an injectable
+:data:`Resolver` (default: the system resolver); a name with no records means no backends,
+any other resolver error keeps the last known list.
+
+**Load**: every ``scrape_interval_s`` each backend's ``/metrics`` is fetched (timeout
+``scrape_timeout_s``) and two vLLM series are read: ``vllm:num_requests_waiting`` (summed over
+engines) and ``vllm:kv_cache_usage_perc`` (the largest). With the router's own in-flight count
+they form the :class:`BackendLoad` the policies see.
+
+**Health** (passive): a connection error or a 5xx answer counts as a failure; after
+``eject_after_failures`` consecutive failures the backend is ejected for ``eject_base_s``,
+doubled at each further ejection up to ``eject_max_s``. Once the time is up the scrape loop
+probes ``/health``; success brings the backend back (a probe failure ejects it again). A
+success on real traffic resets the backoff.
+
+**Cost**: one request per backend per scrape interval; parsing reads the exposition line by
+line and only the two series' lines are split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from prefixserving.router.policies.base import BackendLoad
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""``(host, port) -> IP addresses``; raise ``LookupError`` when the name has no records."""
+
+WAITING_METRIC = "vllm:num_requests_waiting"
+KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"
+_NO_RECORDS = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """Resolve ``host`` with the system resolver (every A/AAAA record)."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        if error.errno in _NO_RECORDS:
+            raise LookupError(host) from error
+        raise
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def backend_url(address: str, port: int) -> str:
+    """``http://ADDRESS:PORT``, with brackets around an IPv6 address."""
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
+def _sample_value(line: str) -> float:
+    rest = line[line.rindex("}") + 1 :] if "}" in line else line.split(None, 1)[1]
+    return float(rest.split()[0])
+
+
+def parse_load(text: str) -> tuple[float, float]:
+    """``(waiting, kv_usage)`` from a Prometheus text exposition of a vLLM engine."""
+    waiting = 0.0
+    kv_usage = 0.0
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        if line.startswith(WAITING_METRIC) and line[len(WAITING_METRIC)] in "{ ":
+            waiting += _sample_value(line)
+        elif line.startswith(KV_USAGE_METRIC) and line[len(KV_USAGE_METRIC)] in "{ ":
+            kv_usage = max(kv_usage, _sample_value(line))
+    return waiting, kv_usage
+
+
+@dataclass(slots=True)
+class BackendState:
+    """What the router tracks per backend."""
+
+    url: str
+    in_flight: int = 0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    failures: int = 0
+    ejections: int = 0
+    ejected_until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """Discovery, scraping and ejection settings (see the module docstring)."""
+
+    scrape_interval_s: float = 1.0
+    scrape_timeout_s: float = 0.8
+    dns_interval_s: float = 2.0
+    eject_after_failures: int = 3
+    eject_base_s: float = 2.0
+    eject_max_s: float = 30.0
+
+
+class BackendPool:
+    """The set of backends, their loads and their health.
+
+    Give either ``static`` URLs or ``dns`` (``(name, port)``). ``on_eject(url)`` is called at
+    each ejection (metrics).
+    """
+
+    def __init__(
+        self,
+        *,
+        static: Sequence[str] = (),
+        dns: tuple[str, int] | None = None,
+        resolver: Resolver = system_resolver,
+        config: PoolConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_eject: Callable[[str], None] | None = None,
+    ) -> None:
+        if bool(static) == (dns is not None):
+            raise ValueError("give either static backends or a DNS name, not both")
+        self.config = config or PoolConfig()
+        self.dns = dns
+        self._resolver = resolver
+        self._clock = clock
+        self._on_eject = on_eject
+        self._states: dict[str, BackendState] = {}
+        self._healthy: tuple[str, ...] = ()
+        self._set_members(url.rstrip("/") for url in static)
+
+    # Membership -----------------------------------------------------------------------------
+
+    def _set_members(self, urls: Iterable[str]) -> None:
+        wanted = set(urls)
+        for url in list(self._states):
+            if url not in wanted:
+                del self._states[url]
+        for url in wanted:
+            self._states.setdefault(url, BackendState(url))
+        self._update_healthy()
+
+    def _update_healthy(self) -> None:
+        self._healthy = tuple(
+            sorted(url for url, s in self._states.items() if s.ejected_until is None)
+        )
+
+    async def refresh_members(self) -> None:
+        """Resolve the DNS name once and replace the member list."""
+        if self.dns is None:
+            return
+        name, port = self.dns
+        try:
+            addresses = await self._resolver(name, port)
+        except LookupError:
+            addresses = []
+        except Exception as error:  # keep the last list on resolver trouble
+            log.warning("resolving %s failed, keeping %d backends: %s", name, len(self), error)
+            return
+        self._set_members(backend_url(address, port) for address in addresses)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(sorted(self._states))
+
+    def healthy(self) -> tuple[str, ...]:
+        """Members not ejected, sorted."""
+        return self._healthy
+
+    def state(self, url: str) -> BackendState | None:
+        return self._states.get(url)
+
+    def loads(self) -> dict[str, BackendLoad]:
+        return {
+            url: BackendLoad(s.in_flight, s.waiting, s.kv_usage)
+            for url, s in self._states.items()
+            if s.ejected_until is None
+        }
+
+    # Traffic accounting ---------------------------------------------------------------------
+
+    def acquire(self, url: str) -> None:
+        state = self._states.get(url)
+        if state is not None:
+            state.in_flight += 1
+
+    def release(self, url: str) -> None:
+        state = self._states.get(url)
+        if state is not None and state.in_flight > 0:
+            state.in_flight -= 1
+
+    def record_success(self, url: str) -> None:
+        state = self._states.get(url)
+        if state is not None:
+            state.failures = 0
+            state.ejections = 0
+
+    def record_failure(self, url: str) -> None:
+        state = self._states.get(url)
+        if state is None or state.ejected_until is not None:
+            return
+        state.failures += 1
+        if state.failures >= self.config.eject_after_failures:
+            self._eject(state)
+
+    def _eject(self, state: BackendState) -> None:
+        backoff_s = min(self.config.eject_base_s * 2**state.ejections, self.config.eject_max_s)
+        state.ejections += 1
+        state.ejected_until = self._clock() + backoff_s
+        state.failures = 0
+        self._update_healthy()
+        log.warning("ejected backend %s for %.1f s", state.url, backoff_s)
+        if self._on_eject is not None:
+            self._on_eject(state.url)
+
+    # Scraping and probing -------------------------------------------------------------------
+
+    async def _scrape(self, client: httpx.AsyncClient, state: BackendState) -> None:
+        try:
+            response = await client.get(
+                f"{state.url}/metrics", timeout=self.config.scrape_timeout_s
+            )
+        except httpx.ConnectError:
+            self.record_failure(state.url)
+            return
+        except httpx.HTTPError:
+            return
+        if response.status_code == 200:
+            state.waiting, state.kv_usage = parse_load(response.text)
+
+    async def _probe(self, client: httpx.AsyncClient, state: BackendState) -> None:
+        try:
+            response = await client.get(f"{state.url}/health", timeout=self.config.scrape_timeout_s)
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if state.url not in self._states:
+            return
+        if ok:
+            state.ejected_until = None
+            state.failures = 0
+            self._update_healthy()
+            log.info("backend %s is back", state.url)
+        else:
+            self._eject(state)
+
+    async def scrape_once(self, client: httpx.AsyncClient) -> None:
+        """Scrape every healthy backend and probe every ejected one whose time is up."""
+        now = self._clock()
+        jobs = []
+        for state in list(self._states.values()):
+            if state.ejected_until is None:
+                jobs.append(self._scrape(client, state))
+            elif state.ejected_until <= now:
+                jobs.append(self._probe(client, state))
+        await asyncio.gather(*jobs)
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        """Refresh members and scrape loads until cancelled."""
+        next_dns = 0.0
+        while True:
+            if self.dns is not None and self._clock() >= next_dns:
+                await self.refresh_members()
+                next_dns = self._clock() + self.config.dns_interval_s
+            try:
+                await self.scrape_once(client)
+            except Exception:
+                log.exception("scraping backends failed")
+            await asyncio.sleep(self.config.scrape_interval_s)

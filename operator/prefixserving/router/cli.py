@@ -1,0 +1,159 @@
+"""``prefixserving router``: run the prefix router in front of vLLM engines."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import click
+
+from prefixserving import constants
+from prefixserving.router.keys import DEFAULT_BLOCK_CHARS, DEFAULT_PREFIX_BLOCKS, KeyConfig
+
+POLICIES = ("prefix-affinity", "two-choice", "round-robin", "least-loaded")
+_BOUNDED_POLICIES = {"prefix-affinity", "two-choice"}
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def log_config(log_format: str) -> dict[str, Any]:
+    """A ``logging.config`` dict for the router and uvicorn, as text or JSON lines."""
+    formatter: dict[str, Any] = (
+        {"()": _JsonFormatter}
+        if log_format == "json"
+        else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    )
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": formatter},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "default"}},
+        "root": {"handlers": ["stderr"], "level": "INFO"},
+        "loggers": {"uvicorn": {"level": "INFO"}, "httpx": {"level": "WARNING"}},
+    }
+
+
+def _parse_dns(value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    name, sep, port = value.rpartition(":")
+    if not sep or not name or not port.isdigit():
+        raise click.BadParameter(
+            "expected NAME:PORT, e.g. --dns my-model-engine.default.svc.cluster.local:8000",
+            param_hint="--dns",
+        )
+    return name, int(port)
+
+
+@click.command()
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", default=constants.ROUTER_PORT, show_default=True, type=int)
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    metavar="URL",
+    help="Engine base URL, e.g. http://127.0.0.1:8000 (repeat for each engine).",
+)
+@click.option(
+    "--dns",
+    metavar="NAME:PORT",
+    help="Headless Service of the engines, resolved continuously (Ready pods only).",
+)
+@click.option("--policy", type=click.Choice(POLICIES), default="prefix-affinity", show_default=True)
+@click.option(
+    "--load-bound",
+    type=float,
+    default=1.25,
+    show_default=True,
+    help="Largest load relative to the mean before a prefix spills to its next backend.",
+)
+@click.option(
+    "--prefix-blocks",
+    type=click.IntRange(min=1),
+    default=DEFAULT_PREFIX_BLOCKS,
+    show_default=True,
+    help="Depth of the prefix key, in blocks.",
+)
+@click.option(
+    "--block-chars",
+    type=click.IntRange(min=4),
+    default=DEFAULT_BLOCK_CHARS,
+    show_default=True,
+    help="Characters per key block (token prompts: a quarter as many ids).",
+)
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="Base model name; any other 'model' value is keyed as a LoRA adapter of its own.",
+)
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024)
+@click.option("--scrape-interval-s", type=click.FloatRange(min=0.05), default=1.0)
+@click.option("--log-format", type=click.Choice(("text", "json")), default="text")
+def router(
+    host: str,
+    port: int,
+    backends: tuple[str, ...],
+    dns: str | None,
+    policy: str,
+    load_bound: float,
+    prefix_blocks: int,
+    block_chars: int,
+    model: str | None,
+    max_body_bytes: int,
+    scrape_interval_s: float,
+    log_format: str,
+) -> None:
+    """Route OpenAI requests to the engine that has their prefix cached.
+
+    \b
+    Local:      prefixserving router --backend http://127.0.0.1:8000 --backend http://127.0.0.1:8001
+    Kubernetes: prefixserving router --dns my-model-engine.ns.svc.cluster.local:8000
+    """
+    import uvicorn
+
+    from prefixserving.router.app import Router, RouterConfig, build_app
+    from prefixserving.router.backends import BackendPool, PoolConfig
+    from prefixserving.router.policies.registry import make_policy
+    from prefixserving.router.server import uvicorn_config
+
+    if bool(backends) == (dns is not None):
+        raise click.UsageError(
+            "give the engines either as --backend URL (repeatable) or as --dns NAME:PORT"
+        )
+    policy_config = {"load_bound": load_bound} if policy in _BOUNDED_POLICIES else {}
+    try:
+        routing = make_policy(policy, **policy_config)
+        key_config = KeyConfig(
+            block_chars=block_chars, prefix_blocks=prefix_blocks, base_model=model
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    pool = BackendPool(
+        static=backends,
+        dns=_parse_dns(dns),
+        config=PoolConfig(scrape_interval_s=scrape_interval_s),
+    )
+    app = build_app(
+        Router(
+            pool=pool,
+            policy=routing,
+            key_config=key_config,
+            config=RouterConfig(max_body_bytes=max_body_bytes),
+        )
+    )
+    uvicorn.Server(
+        uvicorn_config(app, host=host, port=port, log_config=log_config(log_format))
+    ).run()

@@ -1,0 +1,35 @@
+"""OpenAI-style error answers: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from starlette.responses import JSONResponse
+
+_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """A JSON error answer the OpenAI client libraries understand."""
+    body = {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "server_error"),
+            "param": param,
+            "code": status,
+        }
+    }
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))

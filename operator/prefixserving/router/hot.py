@@ -1,0 +1,200 @@
+"""Hot prefixes: the prefixes with the most recent traffic, each with a replayable request.
+
+The warm-up sidecar of a new engine replica asks the router which prefixes the replica will
+own once it joins, and sends those requests to it before it takes traffic.
+
+**Endpoint** (served by ``router.app``)::
+
+    GET /v1/prefixserving/hot-prefixes?member=http://10.0.0.7:8000&limit=32
+
+- ``member`` (optional): the new replica's base URL, written as the router writes backends
+  (``http://IP:PORT``). With it, only the prefixes whose ranking, computed by the routing
+  policy's ``rank`` over the current healthy backends plus ``member``, puts ``member`` first;
+  without it, all hot prefixes.
+- ``limit`` (optional, default 32, at most 1024): the most prefixes returned.
+
+Answer, ``200 application/json``, hottest first::
+
+    {"member": "http://10.0.0.7:8000" | null,
+     "backends": ["http://10.0.0.5:8000", ...],          # healthy backends used for ranking
+     "prefixes": [{"kind": "chat" | "completion",
+                   "body": {...},                        # POST it to /v1/chat/completions or
+                                                         # /v1/completions (add max_tokens)
+                   "hits": 17,                           # decayed recent request count
+                   "blocks": 6}]}                        # prefix depth in key blocks
+
+``body`` holds ``model`` and the leading content only (chat: ``tools`` and ``messages`` cut
+at the prefix boundary, as clients send them; completions: ``prompt`` as text or token ids
+cut at the boundary), no sampling parameters. A policy without affinity ranks every prefix
+the same way, so a new member owns none of them. ``400`` for a bad ``limit``.
+
+**Algorithm**: every block of every request key is counted (a request counts for each of its
+prefixes). Counts are space-saving counters (Metwally et al.) over at most ``capacity``
+prefixes: a new prefix arriving at a full table replaces the smallest counter and inherits
+its count as an error bound. Counts decay exponentially with half-life ``half_life_s``:
+request ``t`` adds ``2 ** (t / half_life_s)``, so older weight shrinks relative to newer
+without touching every counter; weights are rescaled before they overflow. A min-heap with
+lazy deletion finds the smallest counter.
+
+Answering: a prefix is *shared* when its guaranteed count (count minus error) is at least
+``min_hits``. The answer lists shared prefixes that have no shared deeper prefix in the table
+(warming the deeper one warms its ancestors too), hottest first.
+
+Requests with ``cache_salt`` are never recorded: the salt isolates a tenant's cache and
+must not be served to anyone.
+
+**Parameters**: ``capacity`` (1024 prefixes), ``half_life_s`` (300 s), ``min_hits`` (1.5:
+seen at least twice recently; decay makes two hits worth a little under 2).
+
+**Cost**: O(``prefix_blocks * log capacity``) per request; memory O(``capacity``), each
+prefix holding its block chain and a replay body trimmed to the key's depth (about
+``block_chars * prefix_blocks`` characters, shared by the prefixes of one request).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prefixserving.router.keys import ContentKind, KeyConfig, PrefixKey, replay_body
+from prefixserving.router.policies.base import RoutingPolicy
+
+DEFAULT_LIMIT = 32
+MAX_LIMIT = 1024
+_RESCALE_EXPONENT = 64.0
+
+
+@dataclass(slots=True)
+class _Entry:
+    chain: tuple[int, ...]
+    key: PrefixKey
+    source: dict[str, Any]
+    count: float
+    error: float
+
+
+@dataclass(frozen=True, slots=True)
+class HotPrefix:
+    """One answer row: ``kind`` is ``chat`` or ``completion``."""
+
+    kind: str
+    body: dict[str, Any]
+    hits: int
+    blocks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "body": self.body, "hits": self.hits, "blocks": self.blocks}
+
+
+class HotPrefixes:
+    """Top prefixes by decayed recent traffic, bounded to ``capacity`` entries."""
+
+    def __init__(
+        self,
+        key_config: KeyConfig,
+        *,
+        capacity: int = 1024,
+        half_life_s: float = 300.0,
+        min_hits: float = 1.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.key_config = key_config
+        self.capacity = capacity
+        self.half_life_s = half_life_s
+        self.min_hits = min_hits
+        self._clock = clock
+        self._origin = clock()
+        self._entries: dict[int, _Entry] = {}
+        self._heap: list[tuple[float, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _weight(self) -> float:
+        exponent = (self._clock() - self._origin) / self.half_life_s
+        if exponent > _RESCALE_EXPONENT:
+            self._rescale(2.0**-exponent)
+            return 1.0
+        return 2.0**exponent
+
+    def _rescale(self, factor: float) -> None:
+        self._origin = self._clock()
+        for entry in self._entries.values():
+            entry.count *= factor
+            entry.error *= factor
+        self._heap = [(e.count, h) for h, e in self._entries.items()]
+        heapq.heapify(self._heap)
+
+    def _pop_smallest(self) -> float:
+        while True:
+            count, block = heapq.heappop(self._heap)
+            entry = self._entries.get(block)
+            if entry is not None and entry.count == count:
+                del self._entries[block]
+                return count
+
+    def observe(self, key: PrefixKey, body: Mapping[str, Any]) -> None:
+        """Count every prefix of ``key``; ``body`` is the parsed request it came from."""
+        if key.salted or not key.blocks:
+            return
+        weight = self._weight()
+        source: dict[str, Any] | None = None
+        for depth, block in enumerate(key.blocks, start=1):
+            entry = self._entries.get(block)
+            if entry is None:
+                floor = self._pop_smallest() if len(self._entries) >= self.capacity else 0.0
+                if source is None:
+                    source = replay_body(body, key, len(key.blocks), self.key_config)
+                entry = _Entry(key.blocks[:depth], key, source, floor + weight, floor)
+                self._entries[block] = entry
+            else:
+                entry.count += weight
+            heapq.heappush(self._heap, (entry.count, block))
+        if len(self._heap) > 4 * self.capacity:
+            self._heap = [(e.count, h) for h, e in self._entries.items()]
+            heapq.heapify(self._heap)
+
+    def _scale(self) -> float:
+        return 2.0 ** (-(self._clock() - self._origin) / self.half_life_s)
+
+    def _leaves(self, scale: float) -> list[_Entry]:
+        """Shared prefixes with no shared deeper prefix, hottest first (ties by chain)."""
+        shared = {
+            block: entry
+            for block, entry in self._entries.items()
+            if (entry.count - entry.error) * scale >= self.min_hits
+        }
+        covered = {ancestor for entry in shared.values() for ancestor in entry.chain[:-1]}
+        return sorted(
+            (entry for block, entry in shared.items() if block not in covered),
+            key=lambda e: (-(e.count - e.error), e.chain),
+        )
+
+    def top(self, limit: int = DEFAULT_LIMIT) -> list[HotPrefix]:
+        """The hottest shared prefixes with no shared deeper prefix, hottest first."""
+        scale = self._scale()
+        return [self._row(entry, scale) for entry in self._leaves(scale)[:limit]]
+
+    def owned_by(
+        self,
+        member: str,
+        backends: Sequence[str],
+        policy: RoutingPolicy,
+        limit: int = DEFAULT_LIMIT,
+    ) -> list[HotPrefix]:
+        """Hot prefixes that ``policy.rank`` puts on ``member`` once it joins ``backends``."""
+        members = sorted({*backends, member})
+        scale = self._scale()
+        owned = [e for e in self._leaves(scale) if policy.rank(e.chain, members)[0] == member]
+        return [self._row(entry, scale) for entry in owned[:limit]]
+
+    def _row(self, entry: _Entry, scale: float) -> HotPrefix:
+        depth = len(entry.chain)
+        body = replay_body(entry.source, entry.key, depth, self.key_config)
+        kind = "chat" if entry.key.kind is ContentKind.CHAT else "completion"
+        hits = math.floor((entry.count - entry.error) * scale + 0.5)
+        return HotPrefix(kind, body, hits, depth)

@@ -1,0 +1,121 @@
+"""Which prefix block a request is hashed by: the shallowest one that is not hot.
+
+Hashing the first block sends everything behind a shared system prompt to one backend;
+hashing the deepest block splits a conversation whose turns share most of their prompt.
+:class:`PrefixKeySelector` picks, per request, the shallowest of its leading blocks whose
+recent share of traffic is at most ``hot_share / N`` (N backends): a prefix carrying less
+than ``hot_share`` of one backend's fair share stays together on one backend, and a hotter
+prefix (a system prompt, a popular document) is split by the blocks that follow it. Hot
+prefixes are then cached on every backend, which costs one miss per backend.
+
+**Algorithm**
+
+1. Observe: for each of the request's first ``max_depth_blocks`` block hashes, add the
+   current increment to a count-min sketch (two rows of ``sketch_width`` counters); add it to
+   the total too. The increment grows by ``1 / (1 - 1/window_requests)`` per request, which
+   is an exponential decay of all counts with a horizon of ``window_requests`` requests
+   (counts are rescaled before they overflow).
+2. Key: the first depth ``d`` whose share ``count(block[d]) / max(total, min_requests)`` is at
+   most ``hot_share / N``; when every block is hot, the deepest block looked at.
+
+The state is a function of the traffic seen, so two routers fed the same requests pick the
+same keys; routers fed different samples of the same traffic disagree only on prefixes whose
+share sits at the threshold.
+
+**Parameters** (:class:`PrefixKeyParams`)
+
+- ``max_depth_blocks`` (16): blocks looked at (the router keys at most 16 blocks by default).
+- ``hot_share`` (0.5): share of one backend's fair share above which a prefix is split.
+- ``window_requests`` (4096): decay horizon of the traffic counts, in requests.
+- ``min_requests`` (64): the share's denominator never goes below this, so the first
+  requests after a start are not all "hot".
+- ``sketch_width`` (16384): counters per sketch row (power of two).
+
+**Complexity**: O(``max_depth_blocks``) per request; memory 2 x ``sketch_width`` floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefixserving.router.policies.ranking import mix64
+
+_ROW_SEEDS = (0x5851F42D4C957F2D, 0x14057B7EF767814F)
+_RESCALE_AT = 2.0**64
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixKeyParams:
+    """Parameters of the key choice (see the module docstring)."""
+
+    max_depth_blocks: int = 16
+    hot_share: float = 0.5
+    window_requests: int = 4096
+    min_requests: int = 64
+    sketch_width: int = 16384
+
+    def __post_init__(self) -> None:
+        if self.max_depth_blocks < 1:
+            raise ValueError("max_depth_blocks must be at least 1")
+        if self.hot_share <= 0:
+            raise ValueError("hot_share must be > 0")
+        if self.window_requests < 2:
+            raise ValueError("window_requests must be at least 2")
+        if self.min_requests < 1:
+            raise ValueError("min_requests must be at least 1")
+        if self.sketch_width < 2 or self.sketch_width & (self.sketch_width - 1):
+            raise ValueError("sketch_width must be a power of two")
+
+
+class PrefixKeySelector:
+    """Decayed block popularity (count-min sketch) and the key choice built on it."""
+
+    def __init__(self, params: PrefixKeyParams) -> None:
+        self.params = params
+        self._rows = [[0.0] * params.sketch_width for _ in _ROW_SEEDS]
+        self._mask = params.sketch_width - 1
+        self._growth = 1.0 / (1.0 - 1.0 / params.window_requests)
+        self._increment = 1.0
+        self._total = 0.0
+
+    def _slots(self, block: int) -> list[int]:
+        return [mix64(block ^ seed) & self._mask for seed in _ROW_SEEDS]
+
+    def observe(self, blocks: tuple[int, ...]) -> None:
+        """Count one request's leading blocks."""
+        inc = self._increment
+        for block in blocks[: self.params.max_depth_blocks]:
+            for row, slot in zip(self._rows, self._slots(block), strict=True):
+                row[slot] += inc
+        self._total += inc
+        self._increment *= self._growth
+        if self._increment > _RESCALE_AT:
+            self._rescale()
+
+    def _rescale(self) -> None:
+        scale = 1.0 / self._increment
+        for row in self._rows:
+            row[:] = [c * scale for c in row]
+        self._total *= scale
+        self._increment = 1.0
+
+    def share(self, block: int) -> float:
+        """Recent share of requests whose leading blocks include ``block`` (over-estimate)."""
+        count = min(row[slot] for row, slot in zip(self._rows, self._slots(block), strict=True))
+        floor = self.params.min_requests * self._increment / self._growth
+        return count / max(self._total, floor)
+
+    def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
+        """Index of the key block in ``blocks`` (which must be non-empty)."""
+        limit = min(len(blocks), self.params.max_depth_blocks)
+        threshold = self.params.hot_share / max(n_backends, 1)
+        for d in range(limit):
+            if self.share(blocks[d]) <= threshold:
+                return d
+        return limit - 1
+
+    def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
+        """The hash the request is ranked by, or ``None`` for a request without blocks."""
+        if not blocks:
+            return None
+        return blocks[self.depth(blocks, n_backends)]

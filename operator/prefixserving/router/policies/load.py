@@ -1,0 +1,57 @@
+"""Load scoring and the bounded-load rule shared by the policies.
+
+**Load of one backend**: ``in_flight + waiting_weight * waiting + kv_weight * kv_usage``.
+``in_flight`` is exact and current (this router's own requests); ``waiting`` and ``kv_usage``
+come from the engine's last ``/metrics`` scrape, so they also count other router replicas'
+requests. With the defaults a queued request counts twice (once in flight, once waiting),
+which pushes traffic away from queues early, and a full KV cache counts as two requests.
+
+**Bounded load** (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads",
+SODA 2018): a backend may take one more request while
+``load < ceil(load_bound * (total + 1) / N)``, where ``total`` is the sum of all ``N``
+backends' loads (for integer loads this is the paper's ``load + 1 <= capacity``). The ceiling
+keeps at least one free slot per backend at low load; with ``load_bound = 1.25`` no backend
+goes past 125% of the mean by more than that rounding. The least-loaded backend is always
+within the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from prefixserving.router.policies.base import BackendLoad
+
+_IDLE = BackendLoad()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadWeights:
+    """Weights of the scraped signals in a backend's load (see the module docstring)."""
+
+    waiting_weight: float = 1.0
+    kv_weight: float = 2.0
+
+    def of(self, load: BackendLoad) -> float:
+        return load.in_flight + self.waiting_weight * load.waiting + self.kv_weight * load.kv_usage
+
+
+def load_values(
+    backends: Sequence[str], loads: Mapping[str, BackendLoad], weights: LoadWeights
+) -> dict[str, float]:
+    """Load of every backend; a backend missing from ``loads`` is idle."""
+    return {b: weights.of(loads.get(b, _IDLE)) for b in backends}
+
+
+def load_capacity(values: Mapping[str, float], load_bound: float, slack: float = 0.0) -> float:
+    """A backend whose load is below this may take one more request."""
+    total = sum(values.values())
+    mean_after = (total + 1.0) / max(len(values), 1)
+    return max(float(math.ceil(load_bound * mean_after)), mean_after + slack)
+
+
+def least_loaded(values: Mapping[str, float], order: Sequence[str]) -> str:
+    """The backend with the least load; ties go to the earliest in ``order``."""
+    position = {b: i for i, b in enumerate(order)}
+    return min(order, key=lambda b: (values[b], position[b]))

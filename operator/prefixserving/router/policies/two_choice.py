@@ -1,0 +1,138 @@
+"""``two_choice`` (CLI ``two-choice``): DualMap's two hashed candidates (arXiv 2602.06502).
+
+DualMap (Yuan et al., ICLR 2026) maps each request to two candidate instances with two
+independent hashes of its prompt and picks between them by cache affinity and load, so
+requests with a shared prefix meet on at most two instances while distinct prefixes spread
+by "the power of two choices".
+
+**Algorithm**
+
+1. Key: the same key block as ``prefix_affinity`` (:mod:`.keying`; DualMap also adapts the
+   hashed prefix length).
+2. Candidates: the rendezvous winner under seed A, and the winner under seed B among the
+   other backends (two independent hash functions; distinct when N >= 2).
+3. Affinity: the candidate that served this key last (a bounded LRU of key -> backend,
+   standing in for DualMap's knowledge of where the prefix is cached). If it is within the
+   load bound ``load < ceil(load_bound * (total + 1) / N)`` take it: ``affinity``.
+   DualMap's rule is "affinity until the TTFT SLO is at risk"; the bound is its load proxy.
+4. Otherwise the less loaded candidate (ties: the first): ``spilled`` when that is not the
+   recorded one, ``balance`` for a key seen for the first time (or whose backend left).
+
+Only the two candidates are ever used, as in DualMap; its hotspot migration (moving queued
+requests) and dual hash ring are out of scope for a router that does not hold queues.
+
+**Parameters** (:class:`TwoChoiceConfig`)
+
+- ``load_bound`` (1.25), ``waiting_weight`` (1.0), ``kv_weight`` (2.0): as in
+  ``prefix_affinity``.
+- ``affinity_entries`` (65536): keys remembered with their last backend (LRU).
+- ``max_depth_blocks`` (16), ``hot_share`` (0.5), ``window_requests`` (4096),
+  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
+
+**Complexity**: O(``max_depth_blocks`` + N) per request; memory O(``sketch_width`` +
+``affinity_entries``).
+
+| | two_choice | prefix_affinity |
+|---|---|---|
+| candidates per prefix | 2 | all N in rendezvous order |
+| hot prefix | split over 2 backends | stays on the first until the bound, then the second... |
+| balance | power of two choices, never a third backend | bounded load over all N |
+| state | counts + last choice per key | counts |
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prefixserving.router.policies.base import (
+    Decision,
+    DecisionReason,
+    RoutingContext,
+    RoutingPolicy,
+)
+from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
+from prefixserving.router.policies.load import (
+    LoadWeights,
+    least_loaded,
+    load_capacity,
+    load_values,
+)
+from prefixserving.router.policies.ranking import rendezvous_top
+
+_SEED_A = 0x243F6A8885A308D3
+_SEED_B = 0x13198A2E03707344
+
+
+@dataclass(frozen=True, slots=True)
+class TwoChoiceConfig(PrefixKeyParams):
+    """Parameters of :class:`TwoChoicePolicy` (see the module docstring)."""
+
+    load_bound: float = 1.25
+    load_slack: float = 0.0
+    waiting_weight: float = 1.0
+    kv_weight: float = 2.0
+    affinity_entries: int = 65536
+
+    def __post_init__(self) -> None:
+        PrefixKeyParams.__post_init__(self)
+        if self.load_bound < 1.0:
+            raise ValueError("load_bound must be at least 1.0")
+        if self.affinity_entries < 1:
+            raise ValueError("affinity_entries must be at least 1")
+
+
+class TwoChoicePolicy(RoutingPolicy):
+    """Two hashed candidates per key; the cached one unless over the load bound."""
+
+    name = "two_choice"
+
+    def __init__(self, config: TwoChoiceConfig | None = None) -> None:
+        self.config = config or TwoChoiceConfig()
+        self.keys = PrefixKeySelector(self.config)
+        self.weights = LoadWeights(self.config.waiting_weight, self.config.kv_weight)
+        self._last: OrderedDict[int, str] = OrderedDict()
+
+    @staticmethod
+    def candidates(key: int, backends: Sequence[str]) -> list[str]:
+        """The two candidates of ``key`` (one when there is one backend)."""
+        first = rendezvous_top(key, backends, _SEED_A)
+        others = [b for b in backends if b != first]
+        return [first, rendezvous_top(key, others, _SEED_B)] if others else [first]
+
+    def select(self, ctx: RoutingContext) -> Decision:
+        if not ctx.backends:
+            raise ValueError("no backends to route to")
+        values = load_values(ctx.backends, ctx.loads, self.weights)
+        if not ctx.blocks:
+            return Decision(least_loaded(values, ctx.backends), DecisionReason.BALANCE)
+        self.keys.observe(ctx.blocks)
+        key = self.keys.key(ctx.blocks, len(ctx.backends))
+        assert key is not None
+        pair = self.candidates(key, ctx.backends)
+        cached = self._last.get(key)
+        capacity = load_capacity(values, self.config.load_bound, self.config.load_slack)
+        if cached in pair and values[cached] < capacity:
+            backend = cached
+        else:
+            backend = least_loaded(values, pair)
+        if backend == cached:
+            reason = DecisionReason.AFFINITY
+        else:
+            reason = DecisionReason.SPILLED if cached in pair else DecisionReason.BALANCE
+        self._remember(key, backend)
+        return Decision(backend, reason)
+
+    def _remember(self, key: int, backend: str) -> None:
+        self._last[key] = backend
+        self._last.move_to_end(key)
+        while len(self._last) > self.config.affinity_entries:
+            self._last.popitem(last=False)
+
+    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
+        key = self.keys.key(blocks, len(backends))
+        if key is None:
+            return sorted(backends)
+        pair = self.candidates(key, backends)
+        return pair + sorted(b for b in backends if b not in pair)

@@ -1,0 +1,226 @@
+"""The cluster routing benchmark: every policy on the same workloads and fleet sizes.
+
+For each workload and replica count N, each policy gets a fresh :class:`ClusterSim` with N
+identical replicas and replays the same requests. Reported per run: cluster hit rate (share of
+prompt tokens served from cache) and its ratio to one unbounded cache's (the ideal), max/mean
+load (requests routed per replica, and prefill busy time per replica), TTFT p50/p99, and the
+policy's decisions by reason.
+
+Fleet sizing, derived from the workload so any trace gets a comparable setting:
+
+- ``cache_blocks`` (per replica): explicit, or ``ceil(load_bound * footprint / N)`` where the
+  footprint is the workload's distinct blocks: together the fleet can hold the whole working
+  set once, with room for a replica at the load bound. Routing then decides the hit rate.
+- ``time_scale``: explicit, or chosen so the prefill servers would be ``utilization`` busy if
+  the fleet reached the ideal hit rate (the replay is time-compressed by that factor). A
+  policy that reuses less does more prefill work and queues more.
+
+The goal of the router issue, judged per (workload, N) for ``prefix_affinity``: hit rate at
+least 95% of the ideal; max/mean requests at most 1.25; and a higher hit rate than every other
+policy whose balance is equal or better, where ours counts as equal or better balanced when
+its max/mean is at most the other's or at most 1.25.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from prefixserving.sim.baselines import make_sim_policy
+from prefixserving.sim.cluster import ClusterConfig, ClusterResult, ClusterSim
+from prefixserving.sim.replica import ServiceModel
+from prefixserving.sim.traces import TraceRequest
+from prefixserving.sim.workloads import chain_block_ids, ideal_hit_rate, scale_arrivals
+
+OURS = "prefix_affinity"
+CHALLENGER = "two_choice"
+HIT_GOAL = 0.95
+BALANCE_GOAL = 1.25
+BALANCE_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Requests at their original pace, with what the fleet sizing needs."""
+
+    name: str
+    requests: tuple[TraceRequest, ...]
+
+    @property
+    def footprint_blocks(self) -> int:
+        return len({b for r in self.requests for b in chain_block_ids(r.block_ids)})
+
+    @property
+    def duration_s(self) -> float:
+        return self.requests[-1].arrival_s if self.requests else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One policy on one workload and fleet size."""
+
+    workload: str
+    replicas: int
+    policy: str
+    time_scale: float
+    cache_blocks: int
+    ideal_hit_rate: float
+    hit_rate: float
+    hit_vs_ideal: float
+    max_mean_requests: float
+    max_mean_prefill: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    decisions: dict[str, int]
+
+
+def ideal_prefill_s(requests: Sequence[TraceRequest], model: ServiceModel) -> float:
+    """Prefill seconds one unbounded cache would need for ``requests``."""
+    seen: set[int] = set()
+    total = 0.0
+    for r in requests:
+        blocks = chain_block_ids(r.block_ids)
+        hits = 0
+        while hits < len(blocks) and blocks[hits] in seen:
+            hits += 1
+        seen.update(blocks)
+        total += model.prefill_s(r.input_tokens - min(hits * r.block_tokens, r.input_tokens))
+    return total
+
+
+def auto_time_scale(workload: Workload, replicas: int, model: ServiceModel, util: float) -> float:
+    """Compression that makes ideal prefill work fill ``util`` of ``replicas`` servers."""
+    work_s = ideal_prefill_s(workload.requests, model)
+    if work_s <= 0 or workload.duration_s <= 0:
+        return 1.0
+    return util * replicas * workload.duration_s / work_s
+
+
+def auto_cache_blocks(workload: Workload, replicas: int) -> int:
+    return max(1, math.ceil(BALANCE_GOAL * workload.footprint_blocks / replicas))
+
+
+def run_one(
+    workload: Workload, replicas: int, policy: str, model: ServiceModel, time_scale: float
+) -> ClusterResult:
+    sim = ClusterSim(make_sim_policy(policy), ClusterConfig(service=model))
+    width = len(str(replicas - 1))
+    for i in range(replicas):
+        sim.add_replica(f"replica-{i:0{width}d}")
+    return sim.run(scale_arrivals(workload.requests, time_scale))
+
+
+def run_bench(
+    workloads: Sequence[Workload],
+    replica_counts: Sequence[int],
+    policies: Sequence[str],
+    *,
+    service: ServiceModel,
+    cache_blocks: int | None,
+    time_scale: float | None,
+    utilization: float,
+) -> list[RunRow]:
+    """Every policy on every (workload, replica count); rows in that order."""
+    rows = []
+    for workload in workloads:
+        ideal = ideal_hit_rate(workload.requests)
+        for n in replica_counts:
+            blocks = cache_blocks or auto_cache_blocks(workload, n)
+            model = ServiceModel(**{**asdict(service), "cache_blocks": blocks})
+            scale = time_scale or auto_time_scale(workload, n, model, utilization)
+            for policy in policies:
+                result = run_one(workload, n, policy, model, scale)
+                rows.append(
+                    RunRow(
+                        workload.name,
+                        n,
+                        make_sim_policy(policy).name,
+                        round(scale, 3),
+                        blocks,
+                        round(ideal, 4),
+                        round(result.hit_rate, 4),
+                        round(result.hit_rate / ideal, 4) if ideal else 0.0,
+                        round(result.max_mean("routed"), 3),
+                        round(result.max_mean("prefill_busy_s"), 3),
+                        round(result.ttft_quantile(0.5), 3),
+                        round(result.ttft_quantile(0.99), 3),
+                        dict(sorted(result.decisions.items())),
+                    )
+                )
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The router issue's goal for one (workload, N), and the two-choice comparison."""
+
+    workload: str
+    replicas: int
+    hit_goal_met: bool
+    balance_goal_met: bool
+    ahead_of_all: bool
+    behind: tuple[str, ...]
+    two_choice_wins: bool | None
+
+    @property
+    def met(self) -> bool:
+        return self.hit_goal_met and self.balance_goal_met and self.ahead_of_all
+
+
+def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
+    out = []
+    cases = dict.fromkeys((r.workload, r.replicas) for r in rows)
+    for workload, n in cases:
+        case = {r.policy: r for r in rows if (r.workload, r.replicas) == (workload, n)}
+        ours = case.get(OURS)
+        if ours is None:
+            continue
+        behind = tuple(
+            name
+            for name, other in case.items()
+            if name != OURS
+            and other.hit_rate > ours.hit_rate
+            and _equal_or_better_balanced(ours, other)
+        )
+        challenger = case.get(CHALLENGER)
+        wins = None
+        if challenger is not None:
+            wins = (
+                challenger.hit_rate > ours.hit_rate
+                and challenger.max_mean_requests <= ours.max_mean_requests + BALANCE_TOLERANCE
+            )
+        out.append(
+            Verdict(
+                workload,
+                n,
+                ours.hit_vs_ideal >= HIT_GOAL,
+                ours.max_mean_requests <= BALANCE_GOAL,
+                not behind,
+                behind,
+                wins,
+            )
+        )
+    return out
+
+
+def _equal_or_better_balanced(ours: RunRow, other: RunRow) -> bool:
+    return (
+        ours.max_mean_requests <= other.max_mean_requests + BALANCE_TOLERANCE
+        or ours.max_mean_requests <= BALANCE_GOAL
+    )
+
+
+def machine_description() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}"

@@ -1,0 +1,100 @@
+"""Shared pieces of the router tests: fake engines and routers on loopback, in the test's loop."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from prefixserving.router.app import Router, RouterConfig, build_app
+from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
+from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving.router.keys import KeyConfig
+from prefixserving.router.policies.base import (
+    Decision,
+    DecisionReason,
+    RoutingContext,
+    RoutingPolicy,
+)
+from prefixserving.router.server import uvicorn_config
+
+FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)
+
+
+class FirstPolicy(RoutingPolicy):
+    """Always the first backend in sorted order; ``rank`` is the sorted order (tests only)."""
+
+    name = "first"
+
+    def select(self, ctx: RoutingContext) -> Decision:
+        return Decision(sorted(ctx.backends)[0], DecisionReason.AFFINITY)
+
+    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
+        return sorted(backends)
+
+
+@dataclass
+class RunningRouter:
+    url: str
+    router: Router
+    client: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def fake_engines(count: int, **behaviour: object) -> AsyncIterator[list[tuple[FakeEngine, str]]]:
+    """``count`` fake engines named e0, e1, ... with their URLs."""
+    async with contextlib.AsyncExitStack() as stack:
+        out = []
+        for i in range(count):
+            engine = FakeEngine(name=f"e{i}", **behaviour)  # type: ignore[arg-type]
+            url = await stack.enter_async_context(serving(fake_engine_config(engine)))
+            out.append((engine, url))
+        yield out
+
+
+@contextlib.asynccontextmanager
+async def running_router(
+    backends: Sequence[str] = (),
+    *,
+    policy: RoutingPolicy | None = None,
+    dns: tuple[str, int] | None = None,
+    resolver: Resolver | None = None,
+    pool_config: PoolConfig = FAST_POOL,
+    config: RouterConfig | None = None,
+    key_config: KeyConfig | None = None,
+    header_timeout_s: float = 10.0,
+) -> AsyncIterator[RunningRouter]:
+    """A router on a free loopback port in this event loop, with an HTTP client for it."""
+    extra = {"resolver": resolver} if resolver is not None else {}
+    pool = BackendPool(static=backends, dns=dns, config=pool_config, **extra)  # type: ignore[arg-type]
+    router = Router(
+        pool=pool,
+        policy=policy or FirstPolicy(),
+        key_config=key_config,
+        config=config,
+    )
+    app_config = uvicorn_config(
+        build_app(router), host="127.0.0.1", port=0, header_timeout_s=header_timeout_s
+    )
+    async with (
+        serving(app_config) as url,
+        httpx.AsyncClient(base_url=url, timeout=10, trust_env=False) as client,
+    ):
+        yield RunningRouter(url, router, client)
+
+
+def completion(prompt: str | list[int], **extra: object) -> dict[str, object]:
+    return {"model": "fake-model", "prompt": prompt, "max_tokens": 4, **extra}
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0

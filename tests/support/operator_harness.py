@@ -1,0 +1,155 @@
+"""Run the operator in-process (kopf's ``KopfRunner``) against the Kubernetes emulator.
+
+:class:`Harness` owns one emulator, a kubeconfig pointing at it, a :class:`Kube` client for
+the test's own requests, and at most one running operator. The operator's settings come from
+``PREFIXSERVING_*`` variables set here before the handlers module is first imported (timer
+intervals are fixed at import, so every test module shares the same short ones).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kopf.testing import KopfRunner
+
+from prefixserving import constants
+from prefixserving.api import names
+from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kind, Kube, load_api_client
+
+from .kube_emulator import EmulatorThread, ResourceType
+
+T = TypeVar("T")
+
+# Short timer periods for tests; read when prefixserving.controller.main is first imported.
+TEST_ENV = {
+    "PREFIXSERVING_STATUS_INTERVAL_S": "1",
+    "PREFIXSERVING_METRICS_INTERVAL_S": "1",
+    "PREFIXSERVING_RESYNC_INTERVAL_S": "3600",
+    "PREFIXSERVING_PROMETHEUS_TIMEOUT_S": "2",
+}
+CHILD_KINDS = [
+    KINDS[key]
+    for key in (
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ConfigMap"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    )
+]
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition") -> T:
+    """Poll ``predicate`` every 0.1 s until it returns a truthy value; fail after timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}; last: {last!r}")
+
+
+def resource(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A small valid PrefixServing body; keyword arguments replace top-level spec blocks."""
+    body: dict[str, Any] = {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {
+                "servedName": "tiny-llama",
+                "source": {"huggingFace": {"repo": "example/tiny-llama"}},
+            },
+            "replicas": 2,
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+class Harness:
+    """An emulator, a kubeconfig, a client, and the operator on demand."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        extra_types: Iterable[ResourceType] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.emulator = EmulatorThread(extra_types=list(extra_types)).start()
+        self.kubeconfig = self.emulator.write_kubeconfig(workdir)
+        self._saved_env = {
+            key: os.environ.get(key) for key in [*TEST_ENV, "KUBECONFIG", *(env or {})]
+        }
+        os.environ.update(TEST_ENV | {"KUBECONFIG": str(self.kubeconfig)} | (env or {}))
+        self.kube = Kube(load_api_client(), field_manager="test-client")
+        self.runner: KopfRunner | None = None
+
+    # ----------------------------------------------------------------- operator
+    def start_operator(self, *extra_args: str) -> None:
+        assert self.runner is None, "the operator is already running"
+        args = [
+            "run",
+            "--standalone",
+            "--all-namespaces",
+            "-m",
+            "prefixserving.controller.main",
+            *extra_args,
+        ]
+        self.runner = KopfRunner(args, timeout=60)
+        self.runner.__enter__()
+
+    def stop_operator(self) -> None:
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            runner.__exit__(None, None, None)
+            assert runner.exception is None, runner.exception
+
+    def close(self) -> None:
+        self.stop_operator()
+        self.emulator.stop()
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    # ----------------------------------------------------------------- API helpers
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        kind = KINDS[(body["apiVersion"], body["kind"])]
+        return self.kube.request("POST", kind.path(body["metadata"]["namespace"]), body=body)
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.kube.get(kind, namespace, name)
+
+    def prefixserving(self, namespace: str, name: str) -> dict[str, Any]:
+        body = self.kube.get(PREFIX_SERVING, namespace, name)
+        assert body is not None, f"{namespace}/{name} is gone"
+        return body
+
+    def patch_spec(self, namespace: str, name: str, spec_patch: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.merge_patch(PREFIX_SERVING, namespace, name, {"spec": spec_patch})
+
+    def children(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+        """``Kind/name`` -> object for every object labelled as this resource's child."""
+        selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
+        found: dict[str, dict[str, Any]] = {}
+        for kind in CHILD_KINDS:
+            for obj in self.kube.list(kind, namespace, selector):
+                found[f"{kind.kind}/{obj['metadata']['name']}"] = obj
+        return found
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        status = self.prefixserving(namespace, name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+    def events(self, namespace: str, involved: str) -> list[dict[str, Any]]:
+        items = self.kube.list(KINDS[("v1", "Event")], namespace)
+        return [e for e in items if e.get("involvedObject", {}).get("name") == involved]

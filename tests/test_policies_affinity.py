@@ -1,0 +1,194 @@
+"""prefix_affinity and two_choice: determinism, bounded-load spill, join stability, key choice."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
+from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
+from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+from prefixserving.router.policies.ranking import rendezvous_rank
+from prefixserving.router.policies.registry import POLICY_NAMES, make_policy
+from prefixserving.router.policies.two_choice import TwoChoicePolicy
+
+BACKENDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
+
+
+def _traffic(seed: int, count: int) -> list[RoutingContext]:
+    """Requests from 40 prefixes (first block shared, then 2 own blocks) with random loads."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        group = rng.randrange(40)
+        blocks = (1000 + group, 5000 + group * 7, rng.getrandbits(64))
+        loads = {b: BackendLoad(rng.randrange(6), rng.randrange(3), rng.random()) for b in BACKENDS}
+        out.append(RoutingContext(blocks, BACKENDS, loads))
+    return out
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_two_instances_agree(name: str) -> None:
+    first, second = make_policy(name), make_policy(name)
+    for ctx in _traffic(1, 600):
+        a, b = first.select(ctx), second.select(ctx)
+        assert a == b
+        first.on_routed(ctx, a)
+        second.on_routed(ctx, b)
+
+
+def test_shared_prefix_sticks_to_one_backend_when_idle() -> None:
+    policy = PrefixAffinityPolicy()
+    chosen = set()
+    for i in range(400):
+        # 10 requests of one conversation among 390 others: not hot, so it stays together.
+        blocks = (42, 43, i) if i % 40 == 0 else (10_000 + i, 1)
+        decision = policy.select(RoutingContext(blocks, BACKENDS))
+        if blocks[0] == 42:
+            chosen.add(decision)
+    assert len(chosen) == 1
+    assert next(iter(chosen)).reason is DecisionReason.AFFINITY
+
+
+def test_distinct_prefixes_spread() -> None:
+    policy = PrefixAffinityPolicy()
+    counts: dict[str, int] = {}
+    for first in range(800):
+        backend = policy.select(RoutingContext((first * 7919 + 3, 1), BACKENDS)).backend
+        counts[backend] = counts.get(backend, 0) + 1
+    assert set(counts) == set(BACKENDS)
+    assert max(counts.values()) < 2 * 800 / len(BACKENDS)
+
+
+def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
+    policy = PrefixAffinityPolicy()
+    blocks = (7, 8, 9)
+    ranking = policy.rank(blocks, BACKENDS)
+    # Mean load 2: capacity = ceil(1.25 * 17 / 8) = 3; the first choice already has 3.
+    loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
+    loads[ranking[0]] = BackendLoad(in_flight=3)
+    loads[ranking[1]] = BackendLoad(in_flight=1)
+    decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
+    assert decision.backend == ranking[1]
+    assert decision.reason is DecisionReason.SPILLED
+
+
+def test_keeps_affinity_within_the_bound() -> None:
+    policy = PrefixAffinityPolicy()
+    blocks = (7, 8, 9)
+    ranking = policy.rank(blocks, BACKENDS)
+    loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
+    loads[ranking[0]] = BackendLoad(in_flight=2, waiting=0, kv_usage=0.0)
+    decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
+    assert decision == (ranking[0], DecisionReason.AFFINITY)
+
+
+def test_fallback_to_least_loaded_after_spill_ranks() -> None:
+    policy = make_policy("prefix-affinity", spill_ranks=2)
+    blocks = (7, 8, 9)
+    ranking = policy.rank(blocks, BACKENDS)
+    loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
+    loads[ranking[0]] = BackendLoad(in_flight=4)
+    loads[ranking[1]] = BackendLoad(in_flight=4)
+    loads[ranking[5]] = BackendLoad(in_flight=0, kv_usage=0.2)
+    decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
+    assert decision == (ranking[5], DecisionReason.FALLBACK)
+
+
+def test_fractional_loads_keep_affinity_at_low_load() -> None:
+    policy = PrefixAffinityPolicy()
+    loads = {b: BackendLoad(kv_usage=0.01 * i) for i, b in enumerate(BACKENDS)}
+    decision = policy.select(RoutingContext((1, 2), BACKENDS, loads))
+    assert decision.reason is DecisionReason.AFFINITY
+
+
+def test_request_without_blocks_goes_to_least_loaded() -> None:
+    loads = {b: BackendLoad(in_flight=3) for b in BACKENDS}
+    loads[BACKENDS[5]] = BackendLoad(in_flight=0)
+    for name in ("prefix_affinity", "two_choice"):
+        decision = make_policy(name).select(RoutingContext((), BACKENDS, loads))
+        assert decision == (BACKENDS[5], DecisionReason.BALANCE)
+
+
+def test_a_join_moves_about_one_in_n_keys_all_to_the_newcomer() -> None:
+    keys = [random.Random(k).getrandbits(64) for k in range(4000)]
+    before = {k: rendezvous_rank(k, BACKENDS)[0] for k in keys}
+    grown = (*BACKENDS, "10.0.0.99:8000")
+    after = {k: rendezvous_rank(k, grown)[0] for k in keys}
+    moved = [k for k in keys if before[k] != after[k]]
+    assert all(after[k] == "10.0.0.99:8000" for k in moved)
+    assert abs(len(moved) / len(keys) - 1 / len(grown)) < 0.03
+
+
+def test_a_leave_moves_only_the_keys_of_the_leaver() -> None:
+    keys = [random.Random(k).getrandbits(64) for k in range(2000)]
+    shrunk = BACKENDS[1:]
+    for k in keys:
+        before = rendezvous_rank(k, BACKENDS)
+        if before[0] != BACKENDS[0]:
+            assert rendezvous_rank(k, shrunk)[0] == before[0]
+
+
+def test_hot_first_block_is_split_by_the_next_block() -> None:
+    """Every request shares a system-prompt block; each document behind it sticks to one
+    backend and the documents spread over all of them."""
+    policy = PrefixAffinityPolicy()
+    rng = random.Random(3)
+    owners: dict[int, set[str]] = {}
+    for i in range(2000):
+        doc = rng.randrange(64)
+        backend = policy.select(RoutingContext((77, 10_000 + doc, 20_000 + i), BACKENDS)).backend
+        if i >= 200:
+            owners.setdefault(doc, set()).add(backend)
+    assert all(len(backends) == 1 for backends in owners.values())
+    assert len(set().union(*owners.values())) == len(BACKENDS)
+
+
+def test_key_depth_follows_popularity() -> None:
+    selector = PrefixKeySelector(PrefixKeyParams())
+    for i in range(1000):
+        selector.observe((1, 2, 100 + i % 50))
+    # Blocks 1 and 2 are in every request: hot for 8 backends. Block 100 + j carries 2%.
+    assert selector.depth((1, 2, 105), 8) == 2
+    # A never-seen first block is cold: key at depth 0.
+    assert selector.depth((9, 2, 105), 8) == 0
+    # With one backend nothing is hot (share <= 0.5 / 1 fails only above 50%).
+    assert selector.depth((1, 2, 105), 1) == 2
+    assert selector.depth((3, 4), 1) == 0
+
+
+def test_popularity_decays() -> None:
+    selector = PrefixKeySelector(PrefixKeyParams(window_requests=100))
+    for _ in range(500):
+        selector.observe((1,))
+    hot = selector.share(1)
+    for i in range(1000):
+        selector.observe((1000 + i,))
+    assert hot > 0.9
+    assert selector.share(1) < 0.01
+
+
+def test_two_choice_uses_only_its_two_candidates() -> None:
+    policy = make_policy("two_choice", hot_share=1e9)  # one prefix only: never split it
+    rng = random.Random(5)
+    blocks = (31, 32)
+    pair = TwoChoicePolicy.candidates(31, BACKENDS)
+    assert len(set(pair)) == 2
+    for _ in range(200):
+        loads = {b: BackendLoad(in_flight=rng.randrange(10)) for b in BACKENDS}
+        assert policy.select(RoutingContext(blocks, BACKENDS, loads)).backend in pair
+
+
+def test_two_choice_keeps_affinity_then_spills_to_the_other_candidate() -> None:
+    policy = TwoChoicePolicy()
+    blocks = (31, 32)
+    first = policy.select(RoutingContext(blocks, BACKENDS))
+    assert first.reason is DecisionReason.BALANCE
+    again = policy.select(RoutingContext(blocks, BACKENDS))
+    assert again == (first.backend, DecisionReason.AFFINITY)
+    other = next(b for b in TwoChoicePolicy.candidates(31, BACKENDS) if b != first.backend)
+    loads = {b: BackendLoad(in_flight=1) for b in BACKENDS}
+    loads[first.backend] = BackendLoad(in_flight=6)
+    spilled = policy.select(RoutingContext(blocks, BACKENDS, loads))
+    assert spilled == (other, DecisionReason.SPILLED)

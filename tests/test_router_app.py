@@ -1,0 +1,167 @@
+"""The HTTP surface: bad input, limits, no backend, health, metrics, hot prefixes, hygiene."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from router_support import completion, fake_engines, metric_value, running_router
+
+from prefixserving import constants
+from prefixserving.router.app import RouterConfig
+
+
+def assert_openai_error(response, status: int, param: str | None = None) -> dict:  # noqa: ANN001
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == status and error["message"]
+    assert error["param"] == param
+    return error
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "param"),
+    [
+        ("/v1/completions", b"{not json", None),
+        ("/v1/completions", b"\xff\xfe", None),
+        ("/v1/completions", b"[1, 2]", None),
+        ("/v1/completions", b'{"prompt": "hi"}', "model"),
+        ("/v1/chat/completions", b'{"model": "", "messages": []}', "model"),
+        ("/v1/completions", b'{"model": "m"}', "prompt"),
+        ("/v1/chat/completions", b'{"model": "m", "messages": "hi"}', "messages"),
+    ],
+)
+async def test_bad_bodies_answer_400_and_never_reach_an_engine(
+    path: str, content: bytes, param: str | None
+) -> None:
+    async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
+        response = await r.client.post(path, content=content, headers={"content-type": "application/json"})
+        error = assert_openai_error(response, 400, param)
+        assert error["type"] == "invalid_request_error"
+        assert engine.received == []
+
+
+async def test_body_limits() -> None:
+    config = RouterConfig(max_body_bytes=1000, body_timeout_s=0.3)
+    async with fake_engines(1) as [(engine, url)], running_router([url], config=config) as r:
+        big = completion("x" * 2000)
+        assert_openai_error(await r.client.post("/v1/completions", json=big), 413)
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted while read
+            for _ in range(20):
+                yield b" " * 100
+
+        assert_openai_error(await r.client.post("/v1/completions", content=chunked()), 413)
+
+        async def slow() -> AsyncIterator[bytes]:
+            yield b'{"model": "m", '
+            await asyncio.sleep(1.0)
+            yield b'"prompt": "x"}'
+
+        assert_openai_error(await r.client.post("/v1/completions", content=slow()), 408)
+        assert engine.received == []
+        ok = await r.client.post("/v1/completions", json=completion("x" * 500))
+        assert ok.status_code == 200
+
+
+async def test_header_timeout_closes_a_slow_client() -> None:
+    async with fake_engines(1) as [(_, url)], running_router([url], header_timeout_s=0.3) as r:
+        host, port = r.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # headers never finish
+        await writer.drain()
+        closed = await asyncio.wait_for(reader.read(), timeout=3)
+        assert closed == b""  # the router hung up without an answer
+        writer.close()
+        # A normal client on a keep-alive connection still works after the timeout period.
+        assert (await r.client.get("/healthz")).status_code == 200
+        await asyncio.sleep(0.5)
+        assert (await r.client.get("/healthz")).status_code == 200
+
+
+async def test_no_backend_answers_503_with_retry_after_and_not_ready() -> None:
+    async def nothing(host: str, port: int) -> list[str]:
+        raise LookupError(host)
+
+    async with running_router(dns=("engines.test", 8000), resolver=nothing) as r:
+        response = await r.client.post("/v1/completions", json=completion("x"))
+        assert_openai_error(response, 503)
+        assert response.headers["retry-after"] == "1"
+        assert (await r.client.get("/v1/models")).status_code == 503
+        assert (await r.client.get("/readyz")).status_code == 503
+        assert (await r.client.get("/healthz")).status_code == 200
+
+
+async def test_metrics_count_requests_decisions_and_latency() -> None:
+    async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
+        for i in range(3):
+            assert (await r.client.post("/v1/completions", json=completion(f"p{i}"))).status_code == 200
+        await r.client.post("/v1/completions", content=b"{")
+        (first_url, second_url) = sorted(u for _, u in engines)
+        engines_by_url = {u: e for e, u in engines}
+        engines_by_url[first_url].waiting = 7
+        engines_by_url[first_url].kv_usage = 0.5
+        await asyncio.sleep(0.3)  # a few scrapes
+        text = (await r.client.get("/metrics")).text
+        m = "prefixserving_router_"
+        assert metric_value(text, m + "requests_total", backend=first_url, outcome="ok") == 3
+        assert metric_value(text, m + "requests_total", backend="", outcome="rejected") == 1
+        assert metric_value(text, m + "decisions_total", policy="first", decision="affinity") == 3
+        assert metric_value(text, m + "added_latency_seconds_count") == 3
+        assert metric_value(text, m + "backend_waiting", backend=first_url) == 7
+        assert metric_value(text, m + "backend_kv_usage", backend=first_url) == 0.5
+        assert metric_value(text, m + "backend_healthy", backend=second_url) == 1
+        assert metric_value(text, m + "backend_in_flight", backend=first_url) == 0
+
+
+async def test_hot_prefix_endpoint() -> None:
+    system = "You are a meticulous legal assistant. Cite the statute. " * 8
+    async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
+        for i in range(4):
+            body = {
+                "model": "fake-model",
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"case {i}: " + "details " * 40},
+                ],
+                "temperature": 0.2,
+            }
+            assert (await r.client.post("/v1/chat/completions", json=body)).status_code == 200
+        path = constants.ROUTER_HOT_PREFIXES_PATH
+        answer = (await r.client.get(path, params={"limit": 5})).json()
+        assert answer["member"] is None and sorted(answer["backends"]) == sorted(u for _, u in engines)
+        (row,) = answer["prefixes"]
+        assert row["kind"] == "chat" and row["hits"] == 4
+        # Cut at the last full 128-character block the requests share (inside the system text).
+        shared_chars = (len("<|system|>\n") + len(system)) // 128 * 128
+        assert row["blocks"] == shared_chars // 128
+        assert row["body"]["messages"] == [
+            {"role": "system", "content": system[: shared_chars - len("<|system|>\n")]}
+        ]
+        assert "temperature" not in row["body"]
+        # FirstPolicy ranks by URL: a member that sorts first owns everything, a last one nothing.
+        first = (await r.client.get(path, params={"member": "http://0.0.0.0:1/"})).json()
+        assert first["member"] == "http://0.0.0.0:1" and len(first["prefixes"]) == 1
+        last = (await r.client.get(path, params={"member": "http://9.9.9.9:1"})).json()
+        assert last["prefixes"] == []
+        assert_openai_error(await r.client.get(path, params={"limit": 0}), 400, "limit")
+        assert_openai_error(await r.client.get(path, params={"limit": "x"}), 400, "limit")
+
+
+async def test_hygiene_endpoint_and_metric_flag_a_leading_timestamp() -> None:
+    start = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    async with fake_engines(1) as [(_, url)], running_router([url]) as r:
+        for i in range(60):
+            stamp = (start + timedelta(seconds=13 * i)).isoformat()
+            prompt = f"[{stamp}] You are a helpful assistant. " + "Shared instructions. " * 20
+            assert (await r.client.post("/v1/completions", json=completion(prompt))).status_code == 200
+        (report,) = (await r.client.get(constants.ROUTER_HYGIENE_PATH)).json()["models"]
+        assert report["model"] == "fake-model" and report["requests"] == 60
+        assert report["new_first_block_ratio"] == 1.0
+        assert report["cause"] == "timestamp" and "timestamp" in report["hint"]
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO, model="fake-model") == 1.0
+        assert metric_value(text, constants.METRIC_ROUTER_HYGIENE_CAUSE, model="fake-model", cause="timestamp") == 1

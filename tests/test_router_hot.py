@@ -1,0 +1,101 @@
+"""Hot prefixes: bounded top-K with decay, replay bodies, and what a new member would own."""
+
+from __future__ import annotations
+
+from prefixserving.router.hot import HotPrefixes
+from prefixserving.router.keys import KeyConfig, chat_key, completion_key
+from prefixserving.router.policies.base import RoutingContext
+from prefixserving.router.policies.registry import make_policy
+
+CONFIG = KeyConfig(block_chars=16, prefix_blocks=8)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def doc_request(doc: int, question: int) -> dict:
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": f"Document {doc:03d}: " + "lorem ipsum " * 6},
+            {"role": "user", "content": f"q{question} " + "please explain it " * 3},
+        ],
+        "temperature": 0.5,
+        "max_tokens": 7,
+    }
+
+
+def test_top_lists_the_deepest_shared_prefix_of_each_group_hottest_first() -> None:
+    hot = HotPrefixes(CONFIG)
+    for question in range(10):
+        for doc, share in ((1, 5), (2, 2)):
+            if question < share:
+                body = doc_request(doc, question)
+                hot.observe(chat_key(body, CONFIG), body)
+    rows = hot.top(10)
+    assert [r.hits for r in rows] == [5, 2]
+    first = rows[0]
+    assert first.kind == "chat"
+    assert first.body["messages"][0]["content"].startswith("Document 001")
+    assert "temperature" not in first.body and "max_tokens" not in first.body
+    # The replay covers the shared blocks only: re-keying it gives the same leading blocks.
+    full = chat_key(doc_request(1, 0), CONFIG)
+    assert chat_key(first.body, CONFIG).blocks == full.blocks[: first.blocks]
+    other = chat_key(doc_request(1, 1), CONFIG)
+    shared = next(i for i, (a, b) in enumerate(zip(full.blocks, other.blocks)) if a != b)
+    assert first.blocks == shared
+
+
+def test_memory_is_bounded_and_old_traffic_decays() -> None:
+    clock = Clock()
+    hot = HotPrefixes(CONFIG, capacity=64, half_life_s=10.0, clock=clock)
+    for i in range(5):
+        body = {"model": "m", "prompt": "old shared prefix!" * 4 + str(i)}
+        hot.observe(completion_key(body, CONFIG), body)
+    clock.now = 100.0  # ten half-lives later
+    for i in range(1000):
+        body = {"model": "m", "prompt": f"{i:06d}" + "x" * 60}
+        hot.observe(completion_key(body, CONFIG), body)
+        if i % 3 == 0:
+            new = {"model": "m", "prompt": "new shared prefix!" * 4 + str(i)}
+            hot.observe(completion_key(new, CONFIG), new)
+    assert len(hot) <= 64
+    rows = hot.top(5)
+    assert rows and rows[0].body["prompt"].startswith("new shared prefix!")
+    assert all(not r.body["prompt"].startswith("old") for r in rows)
+
+
+def test_salted_requests_are_never_recorded() -> None:
+    hot = HotPrefixes(CONFIG)
+    for _ in range(5):
+        body = {"model": "m", "prompt": "secret tenant prompt " * 4, "cache_salt": "t1"}
+        hot.observe(completion_key(body, CONFIG), body)
+    assert hot.top() == [] and len(hot) == 0
+
+
+def test_owned_by_matches_the_policy_ranking_with_the_member_added() -> None:
+    policy = make_policy("prefix-affinity")
+    hot = HotPrefixes(CONFIG)
+    backends = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    for doc in range(40):
+        for question in range(3):
+            body = doc_request(doc, question)
+            key = chat_key(body, CONFIG)
+            hot.observe(key, body)
+            policy.select(RoutingContext(key.blocks, tuple(backends)))
+    member = "http://10.0.0.3:8000"
+    owned = hot.owned_by(member, backends, policy, limit=1024)
+    everything = hot.top(1024)
+    assert len(everything) == 40
+    # Rendezvous ranking: a new third member owns about a third of the prefixes.
+    assert 5 <= len(owned) <= 25
+    members = sorted([*backends, member])
+    for row in everything:
+        blocks = chat_key(row.body, CONFIG).blocks
+        assert (row in owned) == (policy.rank(blocks, members)[0] == member)
+    assert hot.owned_by(member, backends, make_policy("round-robin")) == []

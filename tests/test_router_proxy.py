@@ -1,0 +1,119 @@
+"""The proxy path: pass-through bytes, streaming, disconnects, retry before the first byte."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from router_support import completion, fake_engines, metric_value, running_router
+
+
+async def test_non_streamed_answer_passes_through_unchanged() -> None:
+    async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
+        response = await r.client.post("/v1/completions", json=completion("hello", user="u1"),
+                                        headers={"Authorization": "Bearer k", "X-Request-Id": "r1"})
+        assert response.status_code == 200
+        assert response.json() == engine.answer(1)
+        assert response.headers["content-type"] == "application/json"
+        assert engine.received == [completion("hello", user="u1")]
+        sent = engine.received_headers[0]
+        assert sent["authorization"] == "Bearer k" and sent["x-request-id"] == "r1"
+        assert sent["host"] != r.url.removeprefix("http://")  # host is the engine's, not ours
+
+
+async def test_stream_passes_every_byte_in_order() -> None:
+    async with fake_engines(1, chunks=20) as [(engine, url)], running_router([url]) as r:
+        async with r.client.stream("POST", "/v1/chat/completions", json={
+            "model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+        }) as response:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert response.headers["content-type"].startswith("text/event-stream")
+        expected = b"".join(engine.chunk(1, p) for p in range(20)) + b"data: [DONE]\n\n"
+        assert raw == expected
+        assert engine.completed_streams == 1
+
+
+async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> None:
+    async with fake_engines(1, chunks=100, chunk_delay_s=0.05) as [(engine, url)], running_router([url]) as r:
+        async with r.client.stream("POST", "/v1/completions", json=completion("x", stream=True)) as response:
+            async for _ in response.aiter_raw():
+                break  # read one chunk, then hang up
+        for _ in range(100):
+            if engine.aborted:
+                break
+            await asyncio.sleep(0.02)
+        assert engine.aborted == 1 and engine.completed_streams == 0
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, "prefixserving_router_requests_total", backend=url, outcome="disconnected") == 1
+        assert r.router.pool.state(url).in_flight == 0
+
+
+async def test_client_disconnect_before_the_answer_reaches_the_engine() -> None:
+    async with fake_engines(1, first_delay_s=0.5) as [(engine, url)], running_router([url]) as r:
+        with pytest.raises(httpx.ReadTimeout):
+            await r.client.post("/v1/completions", json=completion("slow"), timeout=0.15)
+        await asyncio.sleep(0.6)
+        assert engine.aborted == 1
+
+
+async def test_5xx_before_first_byte_is_retried_once_on_the_next_backend() -> None:
+    async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
+        (first, _), (second, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy's order
+        first.fail_next = 1
+        response = await r.client.post("/v1/completions", json=completion("a"))
+        assert response.status_code == 200 and response.json()["backend"] == second.name
+        assert len(first.received) == len(second.received) == 1
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, "prefixserving_router_retries_total", reason="server_error") == 1
+
+
+async def test_connection_dropped_before_first_byte_is_retried() -> None:
+    async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
+        (first, _), (second, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy's order
+        first.break_next = 1
+        response = await r.client.post("/v1/completions", json=completion("a", stream=True))
+        assert response.status_code == 200
+        assert response.content.startswith(second.chunk(1, 0))
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, "prefixserving_router_retries_total", reason="read_error") == 1
+
+
+async def test_connect_error_is_retried_and_a_second_failure_is_not() -> None:
+    async with fake_engines(1) as [(engine, url)]:
+        dead = "http://127.0.0.1:1"  # nothing listens; sorts before any other port
+        async with running_router([dead, url]) as r:  # the dead one sorts first
+            response = await r.client.post("/v1/completions", json=completion("a"))
+            assert response.status_code == 200 and response.json()["backend"] == engine.name
+            engine.fail_next = 2
+            response = await r.client.post("/v1/completions", json=completion("b"))
+            # dead -> retried once on the engine, which answers 500: passed through.
+            assert response.status_code == 500
+            assert response.json()["error"]["message"] == "fake failure"
+        async with running_router([dead]) as r:
+            response = await r.client.post("/v1/completions", json=completion("a"))
+            assert response.status_code == 502
+            assert response.json()["error"]["type"] == "upstream_error"
+
+
+async def test_error_after_first_byte_is_passed_through_not_retried() -> None:
+    async with fake_engines(2, chunks=5) as engines, running_router([u for _, u in engines]) as r:
+        (first, _), (second, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy's order
+        first.break_stream_next = 1
+        received = b""
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with r.client.stream("POST", "/v1/completions", json=completion("a", stream=True)) as response:
+                assert response.status_code == 200
+                async for chunk in response.aiter_raw():
+                    received += chunk
+        assert received == first.chunk(1, 0)
+        assert second.received == []
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, "prefixserving_router_retries_total", reason="read_error") == 0
+
+
+async def test_models_is_forwarded() -> None:
+    async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
+        response = await r.client.get("/v1/models")
+        assert response.status_code == 200
+        assert response.json()["data"][0]["id"] == "fake-model"

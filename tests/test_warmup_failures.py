@@ -1,0 +1,237 @@
+"""Warm-up against fake engines and routers: every failure ends Ready, counted and logged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.router_support import completion, metric_value, running_router
+from tests.warmup_support import UsageEngine
+
+from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+from prefixserving.stack.engines import free_port
+from prefixserving.warmup.events import build_event, emit_timeout_event, pod_identity
+from prefixserving.warmup.runner import WarmupConfig, run_warmup
+from prefixserving.warmup.server import build_app
+from prefixserving.warmup.state import WarmupState
+
+
+def _quiet(app: object) -> object:
+    config = fake_engine_config(FakeEngine(name="unused"))
+    config.app = app
+    return config
+
+
+async def _metrics(state: WarmupState) -> str:
+    transport = httpx.ASGITransport(app=build_app(state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+        return (await client.get("/metrics")).text
+
+
+def _prompts(tmp_path: Path, items: object) -> Path:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+async def test_readyz_is_503_until_warmup_finishes() -> None:
+    state = WarmupState()
+    transport = httpx.ASGITransport(app=build_app(state))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+        assert (await client.get("/readyz")).status_code == 503
+        assert (await client.get("/healthz")).status_code == 200
+        state.finish(timed_out=False)
+        answer = await client.get("/readyz")
+    assert answer.status_code == 200 and answer.json()["phase"] == "done"
+
+
+async def test_prompts_are_replayed_with_max_tokens_1_and_counted(tmp_path: Path) -> None:
+    engine = UsageEngine()
+    items = [{"prompt": "one two three"}, {"messages": [{"role": "system", "content": "a b"}]}]
+    async with serving(_quiet(engine.app())) as url:
+        state = WarmupState()
+        config = WarmupConfig(engine_url=url, prompts_file=_prompts(tmp_path, items), timeout_s=10)
+        await run_warmup(config, state)
+    paths = sorted(path for path, _ in engine.received)
+    assert paths == ["/v1/chat/completions", "/v1/completions"]
+    assert all(b["max_tokens"] == 1 and b["model"] == "fake-model" for _, b in engine.received)
+    assert state.ready and not state.timed_out
+    assert (state.warmed, state.failures, state.planned) == (2, 0, 2)
+    text = await _metrics(state)
+    assert metric_value(text, "prefixserving_warmup_prefixes_warmed_total", source="file") == 2
+    assert metric_value(text, "prefixserving_warmup_tokens_warmed_total") == state.tokens_warmed > 0
+    assert metric_value(text, "prefixserving_warmup_ready") == 1
+
+
+async def test_broken_prefix_list_ends_ready_with_failure_counted(tmp_path: Path) -> None:
+    engine = UsageEngine(refuse_containing="poison")
+    broken = tmp_path / "prompts.json"
+    broken.write_text('[{"prompt": "cut off')
+    async with serving(_quiet(engine.app())) as url:
+        state = WarmupState()
+        await run_warmup(WarmupConfig(engine_url=url, prompts_file=broken, timeout_s=10), state)
+        assert state.ready and not state.timed_out and state.failures == 1
+        assert engine.received == []
+        text = await _metrics(state)
+        assert metric_value(text, "prefixserving_warmup_failures_total", stage="prompts") == 1
+
+        mixed = [{"prompt": "fine"}, {"prompt": "poison pill"}, {"nothing": 1}]
+        state = WarmupState()
+        config = WarmupConfig(engine_url=url, prompts_file=_prompts(tmp_path, mixed), timeout_s=10)
+        await run_warmup(config, state)
+    text = await _metrics(state)
+    assert state.ready and state.warmed == 1
+    assert metric_value(text, "prefixserving_warmup_failures_total", stage="prompts") == 1
+    assert metric_value(text, "prefixserving_warmup_failures_total", stage="replay") == 1
+
+
+async def test_unreachable_router_ends_ready_with_failure_counted(tmp_path: Path) -> None:
+    engine = UsageEngine()
+    async with serving(_quiet(engine.app())) as url:
+        state = WarmupState()
+        config = WarmupConfig(
+            engine_url=url,
+            prompts_file=_prompts(tmp_path, [{"prompt": "still warmed"}]),
+            router_url=f"http://127.0.0.1:{free_port()}",
+            self_url="http://10.0.0.9:8000",
+            hot_prefixes=8,
+            timeout_s=30,
+        )
+        started = time.monotonic()
+        await run_warmup(config, state)
+    assert time.monotonic() - started < 10
+    assert state.ready and not state.timed_out and state.warmed == 1
+    text = await _metrics(state)
+    assert metric_value(text, "prefixserving_warmup_failures_total", stage="router") == 1
+
+
+async def test_slow_engine_times_out_ready_and_emits_the_timeout(tmp_path: Path) -> None:
+    engine = UsageEngine(delay_s=60)
+    notices: list[str] = []
+    prompts = _prompts(tmp_path, [{"prompt": f"slow {i}"} for i in range(3)])
+    async with serving(_quiet(engine.app())) as url:
+        state = WarmupState()
+        config = WarmupConfig(engine_url=url, prompts_file=prompts, timeout_s=1.5)
+        started = time.monotonic()
+        await run_warmup(config, state, on_timeout=notices.append)
+        elapsed = time.monotonic() - started
+    assert 1.4 < elapsed < 5
+    assert state.ready and state.timed_out and state.warmed == 0
+    assert len(engine.received) == 2, "concurrency 2: the third prefix never started"
+    assert len(notices) == 1 and "timed out after 1.5 s in phase warming" in notices[0]
+    text = await _metrics(state)
+    assert metric_value(text, "prefixserving_warmup_timeouts_total") == 1
+    assert metric_value(text, "prefixserving_warmup_ready") == 1
+
+
+async def test_engine_that_never_gets_healthy_times_out() -> None:
+    engine = UsageEngine(healthy=False)
+    async with serving(_quiet(engine.app())) as url:
+        state = WarmupState()
+        config = WarmupConfig(engine_url=url, timeout_s=1.0, poll_interval_s=0.1)
+        await run_warmup(config, state)
+    assert state.ready and state.timed_out
+    assert state.summary()["phase"] == "timed_out"
+
+
+async def test_router_hot_prefixes_owned_by_the_new_member_are_replayed() -> None:
+    """With the real router app and the prefix-affinity policy: the sidecar replays exactly the
+    hot prefixes the router says the new member owns."""
+    old = FakeEngine(name="old")
+    new = UsageEngine()
+    policy = PrefixAffinityPolicy()
+    async with (
+        serving(fake_engine_config(old)) as old_url,
+        serving(_quiet(new.app())) as new_url,
+        running_router([old_url], policy=policy) as router,
+    ):
+        for group in range(24):
+            document = f"shared document {group} " + "lorem ipsum dolor sit amet " * 40
+            for question in range(3):
+                body = completion(document + f" question {question}")
+                assert (await router.client.post("/v1/completions", json=body)).status_code == 200
+        owned = router.router.hot.owned_by(new_url, [old_url], policy, 32)
+        state = WarmupState()
+        config = WarmupConfig(
+            engine_url=new_url,
+            router_url=router.url,
+            self_url=new_url,
+            hot_prefixes=32,
+            timeout_s=20,
+        )
+        await run_warmup(config, state)
+    assert 0 < len(owned) < 24, "prefix affinity gives the new member some, not all, prefixes"
+    assert sorted(b["prompt"] for _, b in new.received) == sorted(r.body["prompt"] for r in owned)
+    assert state.warmed == len(owned) and state.failures == 0
+    text = await _metrics(state)
+    assert metric_value(text, "prefixserving_warmup_prefixes_warmed_total", source="router") == len(
+        owned
+    )
+
+
+def test_event_only_inside_a_pod() -> None:
+    assert pod_identity({"POD_NAME": "p", "POD_NAMESPACE": "ns"}) is None
+    assert emit_timeout_event("x", env={}) is False
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAME": "p", "POD_NAMESPACE": "ns"}
+    assert pod_identity(env) == ("p", "ns", None)
+    event = build_event("engine-0", "ns", "uid-1", "warm-up timed out")
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "engine-0",
+        "namespace": "ns",
+        "uid": "uid-1",
+    }
+    assert (event["reason"], event["type"]) == ("WarmupTimedOut", "Warning")
+
+
+@pytest.mark.slow
+def test_cli_serves_readyz_after_warmup(tmp_path: Path) -> None:
+    """The real command in a process: 503 while the engine is down, 200 after the timeout, and
+    it keeps serving /readyz afterwards (a native sidecar must not exit)."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    engine_port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prefixserving.cli",
+            "warmup",
+            "--engine-url",
+            f"http://127.0.0.1:{engine_port}",
+            "--timeout-s",
+            "3",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/readyz"
+        codes = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                codes.append(httpx.get(url, timeout=1).status_code)
+            if codes and codes[-1] == 200:
+                break
+            time.sleep(0.2)
+        assert codes[0] == 503 and codes[-1] == 200
+        time.sleep(0.5)
+        assert process.poll() is None
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        assert metric_value(metrics, "prefixserving_warmup_timeouts_total") == 1
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -30,13 +30,10 @@ SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
 KUBE_VERSIONS = ("1.29", "1.35")
 
 
-@functools.lru_cache(maxsize=None)
-def third_party_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema of every CRD in ../shared/schemas."""
-    if not SHARED_SCHEMAS.is_dir():
-        raise FileNotFoundError(f"{SHARED_SCHEMAS} is missing: shared/ must sit beside the repo")
+def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema of every CRD in the YAML files of ``folder``."""
     found = {}
-    for path in sorted(SHARED_SCHEMAS.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         for crd in yaml.safe_load_all(path.read_text()):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
@@ -47,9 +44,20 @@ def third_party_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     return found
 
 
+@functools.cache
+def third_party_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """CRD schemas of KEDA and prometheus-operator kinds, from ../shared/schemas."""
+    if not SHARED_SCHEMAS.is_dir():
+        raise FileNotFoundError(f"{SHARED_SCHEMAS} is missing: shared/ must sit beside the repo")
+    return crd_schemas(SHARED_SCHEMAS)
+
+
 def strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a structural schema that refuses unknown fields (kubectl's strict validation)."""
+    """A copy of a CRD's root schema that refuses unknown fields (kubectl's strict validation).
+    apiVersion, kind and metadata are always allowed at the root, as the API server does."""
     out = copy.deepcopy(schema)
+    implicit = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {}}
+    out["properties"] = {**implicit, **out.get("properties", {})}
 
     def visit(node: dict[str, Any]) -> None:
         if not isinstance(node, dict):
@@ -70,7 +78,7 @@ def strict(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kube_validator(version: str, api_version: str, kind: str) -> jsonschema.Validator:
     """kubernetes-validate's strict schema of one kind, loaded once (its ``validate`` re-reads
     the 3 MB definitions file on every call). Same files and resolution as ``validate``."""
@@ -87,22 +95,29 @@ def _kube_validator(version: str, api_version: str, kind: str) -> jsonschema.Val
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
-def validate_object(obj: dict[str, Any], version: str) -> None:
-    """Raise when ``obj`` does not match its kind's schema for Kubernetes ``version``."""
+def validate_object(
+    obj: dict[str, Any], version: str, extra: dict[tuple[str, str], dict] | None = None
+) -> None:
+    """Raise when ``obj`` does not match its kind's schema for Kubernetes ``version``; CRD
+    kinds are looked up in ../shared/schemas, then in ``extra`` (from ``crd_schemas``)."""
     key = (obj["apiVersion"], obj["kind"])
-    third_party = third_party_schemas().get(key)
+    third_party = third_party_schemas().get(key) or (extra or {}).get(key)
     if third_party is not None:
         jsonschema.Draft202012Validator(strict(third_party)).validate(obj)
         return
     _kube_validator(version, obj["apiVersion"], obj["kind"]).validate(obj)
 
 
-def assert_all_valid(objects: list[dict[str, Any]], version: str) -> None:
+def assert_all_valid(
+    objects: list[dict[str, Any]],
+    version: str,
+    extra: dict[tuple[str, str], dict] | None = None,
+) -> None:
     """Validate every object; the assertion names the object and the failing field."""
     for obj in objects:
         where = f"{obj['kind']}/{obj['metadata']['name']} (Kubernetes {version})"
         try:
-            validate_object(obj, version)
+            validate_object(obj, version, extra)
         except kubernetes_validate.SchemaNotFoundError as error:
             raise AssertionError(f"{where}: no schema for this kind: {error.message}") from None
         except jsonschema.ValidationError as error:
@@ -136,7 +151,7 @@ def _rule_nodes(schema: dict[str, Any], data: Any, path: str) -> Iterator[tuple[
             yield from _rule_nodes(schema["items"], item, f"{path}[{i}]")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cel_program(rule: str) -> Any:
     env = celpy.Environment()
     return env.program(env.compile(rule))
@@ -161,7 +176,9 @@ class CrdValidator:
         for node, value, path in _rule_nodes(self.schema, data, ""):
             for rule in node["x-kubernetes-validations"]:
                 result = _cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
-                if result is not True and not (isinstance(result, celpy.celtypes.BoolType) and result):
+                if result is not True and not (
+                    isinstance(result, celpy.celtypes.BoolType) and result
+                ):
                     where = path + rule.get("fieldPath", "")
                     found.append(f"{where}: {rule['message']} ({result!r})")
         return found

@@ -43,7 +43,9 @@ class RunningRouter:
 
 
 @contextlib.asynccontextmanager
-async def fake_engines(count: int, **behaviour: object) -> AsyncIterator[list[tuple[FakeEngine, str]]]:
+async def fake_engines(
+    count: int, **behaviour: object
+) -> AsyncIterator[list[tuple[FakeEngine, str]]]:
     """``count`` fake engines named e0, e1, ... with their URLs."""
     async with contextlib.AsyncExitStack() as stack:
         out = []

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.kube_emulator import EmulatorThread, resources
 
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, Kube, KubeError, load_api_client
+from support.kube_emulator import EmulatorThread, resources
 
 CONFIGMAP = KINDS[("v1", "ConfigMap")]
 
@@ -75,6 +75,7 @@ def test_server_side_apply_keeps_fields_of_other_managers(kube: Kube) -> None:
     hpa.request(
         "PATCH",
         DEPLOYMENT.path("emu", "ssa", "scale"),
+        query=[("fieldManager", "horizontal-pod-autoscaler")],
         body={"spec": {"replicas": 7}},
         content_type="application/merge-patch+json",
     )

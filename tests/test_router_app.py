@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from router_support import completion, fake_engines, metric_value, running_router
 
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
+from router_support import completion, fake_engines, metric_value, running_router
 
 
-def assert_openai_error(response, status: int, param: str | None = None) -> dict:  # noqa: ANN001
+def assert_openai_error(response, status: int, param: str | None = None) -> dict:
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -38,7 +38,9 @@ async def test_bad_bodies_answer_400_and_never_reach_an_engine(
     path: str, content: bytes, param: str | None
 ) -> None:
     async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
-        response = await r.client.post(path, content=content, headers={"content-type": "application/json"})
+        response = await r.client.post(
+            path, content=content, headers={"content-type": "application/json"}
+        )
         error = assert_openai_error(response, 400, param)
         assert error["type"] == "invalid_request_error"
         assert engine.received == []
@@ -98,7 +100,9 @@ async def test_no_backend_answers_503_with_retry_after_and_not_ready() -> None:
 async def test_metrics_count_requests_decisions_and_latency() -> None:
     async with fake_engines(2) as engines, running_router([u for _, u in engines]) as r:
         for i in range(3):
-            assert (await r.client.post("/v1/completions", json=completion(f"p{i}"))).status_code == 200
+            assert (
+                await r.client.post("/v1/completions", json=completion(f"p{i}"))
+            ).status_code == 200
         await r.client.post("/v1/completions", content=b"{")
         (first_url, second_url) = sorted(u for _, u in engines)
         engines_by_url = {u: e for e, u in engines}
@@ -132,7 +136,9 @@ async def test_hot_prefix_endpoint() -> None:
             assert (await r.client.post("/v1/chat/completions", json=body)).status_code == 200
         path = constants.ROUTER_HOT_PREFIXES_PATH
         answer = (await r.client.get(path, params={"limit": 5})).json()
-        assert answer["member"] is None and sorted(answer["backends"]) == sorted(u for _, u in engines)
+        assert answer["member"] is None and sorted(answer["backends"]) == sorted(
+            u for _, u in engines
+        )
         (row,) = answer["prefixes"]
         assert row["kind"] == "chat" and row["hits"] == 4
         # Cut at the last full 128-character block the requests share (inside the system text).
@@ -157,11 +163,21 @@ async def test_hygiene_endpoint_and_metric_flag_a_leading_timestamp() -> None:
         for i in range(60):
             stamp = (start + timedelta(seconds=13 * i)).isoformat()
             prompt = f"[{stamp}] You are a helpful assistant. " + "Shared instructions. " * 20
-            assert (await r.client.post("/v1/completions", json=completion(prompt))).status_code == 200
+            assert (
+                await r.client.post("/v1/completions", json=completion(prompt))
+            ).status_code == 200
         (report,) = (await r.client.get(constants.ROUTER_HYGIENE_PATH)).json()["models"]
         assert report["model"] == "fake-model" and report["requests"] == 60
         assert report["new_first_block_ratio"] == 1.0
         assert report["cause"] == "timestamp" and "timestamp" in report["hint"]
         text = (await r.client.get("/metrics")).text
-        assert metric_value(text, constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO, model="fake-model") == 1.0
-        assert metric_value(text, constants.METRIC_ROUTER_HYGIENE_CAUSE, model="fake-model", cause="timestamp") == 1
+        assert (
+            metric_value(text, constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO, model="fake-model")
+            == 1.0
+        )
+        assert (
+            metric_value(
+                text, constants.METRIC_ROUTER_HYGIENE_CAUSE, model="fake-model", cause="timestamp"
+            )
+            == 1
+        )

@@ -47,7 +47,9 @@ def test_top_lists_the_deepest_shared_prefix_of_each_group_hottest_first() -> No
     full = chat_key(doc_request(1, 0), CONFIG)
     assert chat_key(first.body, CONFIG).blocks == full.blocks[: first.blocks]
     other = chat_key(doc_request(1, 1), CONFIG)
-    shared = next(i for i, (a, b) in enumerate(zip(full.blocks, other.blocks)) if a != b)
+    shared = next(
+        i for i, (a, b) in enumerate(zip(full.blocks, other.blocks, strict=True)) if a != b
+    )
     assert first.blocks == shared
 
 

@@ -64,7 +64,9 @@ def test_the_same_template_with_the_timestamp_moved_after_is_healthy() -> None:
 def test_request_ids_and_names_are_told_apart() -> None:
     ids = PrefixHygiene()
     for _ in range(100):
-        ids.observe(completion_key({"model": "m", "prompt": f"[req {uuid.uuid4()}] {SYSTEM}"}, CONFIG))
+        ids.observe(
+            completion_key({"model": "m", "prompt": f"[req {uuid.uuid4()}] {SYSTEM}"}, CONFIG)
+        )
     assert ids.report()[0].cause is Cause.REQUEST_ID
     names = PrefixHygiene()
     people = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
@@ -77,7 +79,9 @@ def test_request_ids_and_names_are_told_apart() -> None:
 def test_token_prompts_and_prompts_with_nothing_in_common() -> None:
     tokens = PrefixHygiene()
     for i in range(100):
-        tokens.observe(completion_key({"model": "m", "prompt": [1, 2, 3, 1000 + i] + [7] * 64}, CONFIG))
+        tokens.observe(
+            completion_key({"model": "m", "prompt": [1, 2, 3, 1000 + i] + [7] * 64}, CONFIG)
+        )
     (report,) = tokens.report()
     assert report.cause is Cause.PER_REQUEST_TOKENS and report.offset == 3
     unrelated = PrefixHygiene()

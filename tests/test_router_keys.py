@@ -69,14 +69,18 @@ def test_token_prompts_use_token_blocks_and_batches_use_their_first_prompt() -> 
 
 
 def test_chat_rendering_is_canonical_and_ordered() -> None:
-    a = {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "you"}]}
+    a = {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "you"}],
+    }
     b = {"role": "user", "content": "hello you"}
     assert render_chat([a])[0] == render_chat([b])[0]
     image = {"type": "image_url", "image_url": {"url": "data:x", "detail": "low"}}
     reordered = {"type": "image_url", "image_url": {"detail": "low", "url": "data:x"}}
-    assert render_chat([{"role": "user", "content": [image]}])[0] == render_chat(
-        [{"role": "user", "content": [reordered]}]
-    )[0]
+    assert (
+        render_chat([{"role": "user", "content": [image]}])[0]
+        == render_chat([{"role": "user", "content": [reordered]}])[0]
+    )
     swapped = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
     assert render_chat(swapped)[0] != render_chat(list(reversed(swapped)))[0]
 
@@ -154,7 +158,9 @@ def test_keys_are_stable_across_processes() -> None:
         for seed in ("1", "2")
     }
     assert len(outputs) == 1
-    assert outputs.pop().strip() == str(completion_key({"model": "m", "prompt": "q" * 64}, KeyConfig(16, 4)).blocks)
+    assert outputs.pop().strip() == str(
+        completion_key({"model": "m", "prompt": "q" * 64}, KeyConfig(16, 4)).blocks
+    )
 
 
 def test_replay_body_keeps_only_the_leading_content() -> None:

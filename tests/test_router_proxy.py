@@ -6,13 +6,17 @@ import asyncio
 
 import httpx
 import pytest
+
 from router_support import completion, fake_engines, metric_value, running_router
 
 
 async def test_non_streamed_answer_passes_through_unchanged() -> None:
     async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
-        response = await r.client.post("/v1/completions", json=completion("hello", user="u1"),
-                                        headers={"Authorization": "Bearer k", "X-Request-Id": "r1"})
+        response = await r.client.post(
+            "/v1/completions",
+            json=completion("hello", user="u1"),
+            headers={"Authorization": "Bearer k", "X-Request-Id": "r1"},
+        )
         assert response.status_code == 200
         assert response.json() == engine.answer(1)
         assert response.headers["content-type"] == "application/json"
@@ -24,9 +28,15 @@ async def test_non_streamed_answer_passes_through_unchanged() -> None:
 
 async def test_stream_passes_every_byte_in_order() -> None:
     async with fake_engines(1, chunks=20) as [(engine, url)], running_router([url]) as r:
-        async with r.client.stream("POST", "/v1/chat/completions", json={
-            "model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-        }) as response:
+        async with r.client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            },
+        ) as response:
             raw = b"".join([chunk async for chunk in response.aiter_raw()])
         assert response.headers["content-type"].startswith("text/event-stream")
         expected = b"".join(engine.chunk(1, p) for p in range(20)) + b"data: [DONE]\n\n"
@@ -35,8 +45,13 @@ async def test_stream_passes_every_byte_in_order() -> None:
 
 
 async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> None:
-    async with fake_engines(1, chunks=100, chunk_delay_s=0.05) as [(engine, url)], running_router([url]) as r:
-        async with r.client.stream("POST", "/v1/completions", json=completion("x", stream=True)) as response:
+    async with (
+        fake_engines(1, chunks=100, chunk_delay_s=0.05) as [(engine, url)],
+        running_router([url]) as r,
+    ):
+        async with r.client.stream(
+            "POST", "/v1/completions", json=completion("x", stream=True)
+        ) as response:
             async for _ in response.aiter_raw():
                 break  # read one chunk, then hang up
         for _ in range(100):
@@ -45,7 +60,12 @@ async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> Non
             await asyncio.sleep(0.02)
         assert engine.aborted == 1 and engine.completed_streams == 0
         text = (await r.client.get("/metrics")).text
-        assert metric_value(text, "prefixserving_router_requests_total", backend=url, outcome="disconnected") == 1
+        assert (
+            metric_value(
+                text, "prefixserving_router_requests_total", backend=url, outcome="disconnected"
+            )
+            == 1
+        )
         assert r.router.pool.state(url).in_flight == 0
 
 
@@ -102,7 +122,9 @@ async def test_error_after_first_byte_is_passed_through_not_retried() -> None:
         first.break_stream_next = 1
         received = b""
         with pytest.raises(httpx.RemoteProtocolError):
-            async with r.client.stream("POST", "/v1/completions", json=completion("a", stream=True)) as response:
+            async with r.client.stream(
+                "POST", "/v1/completions", json=completion("a", stream=True)
+            ) as response:
                 assert response.status_code == 200
                 async for chunk in response.aiter_raw():
                     received += chunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -120,6 +121,11 @@ async def test_slow_engine_times_out_ready_and_emits_the_timeout(tmp_path: Path)
         started = time.monotonic()
         await run_warmup(config, state, on_timeout=notices.append)
         elapsed = time.monotonic() - started
+        for _ in range(40):
+            if engine.aborted == 2:
+                break
+            await asyncio.sleep(0.05)
+    assert engine.aborted == 2, "the engine sees the cancelled requests go away"
     assert 1.4 < elapsed < 5
     assert state.ready and state.timed_out and state.warmed == 0
     assert len(engine.received) == 2, "concurrency 2: the third prefix never started"

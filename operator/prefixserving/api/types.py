@@ -227,9 +227,9 @@ class EngineSpec(ApiModel):
     env: list[EnvVar] = Field(
         default_factory=list, max_length=128, description="Extra environment variables."
     )
-    extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+    extra_args: list[Annotated[str, StringConstraints(max_length=1024)]] = Field(
         default_factory=list,
-        max_length=128,
+        max_length=64,
         description="Extra vLLM arguments; flags the operator sets are refused.",
     )
     max_surge: int = Field(

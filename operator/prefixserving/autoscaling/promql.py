@@ -1,4 +1,4 @@
-"""The PromQL that the autoscalers, the alerts and the operator's status run.
+"""The PromQL that the autoscalers, the alerts, the dashboard and the operator's status run.
 
 Series selection
 ----------------
@@ -9,7 +9,13 @@ pods carry ``prometheus.io/scrape``, ``prometheus.io/port`` and ``prometheus.io/
 produce them. Engine pods belong to the Deployment ``<name>-engine``, so their names are
 ``<name>-engine-<replicaset hash>-<pod hash>``; the regex below matches exactly these (PromQL
 anchors regexes, and neither hash contains ``-``), so the resource ``a`` never picks up the
-pods of a resource named ``a-engine-x``.
+pods of a resource named ``a-engine-x``. Router pods are ``<name>-router-<hash>-<hash>``.
+
+A :class:`Scope` holds the matchers of the engine and router pods a query covers: one
+resource (:func:`resource_scope`), or every PrefixServing Prometheus sees (:data:`FLEET`, used
+by the chart's default alerts and by the dashboard through Grafana variables). Queries that
+aggregate per resource recover the resource's name from the pod name with ``label_replace``
+into the label ``prefixserving``, so one expression serves both scopes.
 
 Signals
 -------
@@ -20,15 +26,17 @@ Signals
 - Prefix-cache hit rate: ``rate(hits) / rate(queries)`` over a window (tokens, 5m default).
 
 prometheus-adapter (HPA backend) exposes the per-pod series as custom metrics under the names
-in ``ADAPTER_METRIC_*``; the chart's adapter rules use exactly these names, and the rendered
-HPA asks for them as ``Pods`` metrics (the HPA averages them across the target's pods).
+in ``ADAPTER_METRIC_*`` (:func:`adapter_rules`, shipped in the chart); the rendered HPA asks
+for them as ``Pods`` metrics, and the HPA averages them across the target's pods.
 
-Every function is pure and returns a string; cost is linear in the length of the names.
+Every function is pure and returns a string (or plain data); cost is linear in the length of
+the names.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 # vLLM series (same names in vLLM 0.32 and 0.33).
 VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
@@ -36,6 +44,19 @@ VLLM_REQUESTS_WAITING: Final = "vllm:num_requests_waiting"
 VLLM_REQUESTS_RUNNING: Final = "vllm:num_requests_running"
 VLLM_PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
 VLLM_PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
+VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
+VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
+# Exported by every Python process through prometheus_client (vLLM's API server included).
+PROCESS_START_TIME: Final = "process_start_time_seconds"
+# Router and warm-up series (prefixserving.router.metrics, prefixserving.warmup.state).
+ROUTER_DECISIONS: Final = "prefixserving_router_decisions_total"
+ROUTER_REQUESTS: Final = "prefixserving_router_requests_total"
+ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"
+ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
+WARMUP_TIMEOUTS: Final = "prefixserving_warmup_timeouts_total"
+# kube-state-metrics series of an HPA (KEDA's HPA too); used when max replicas is unknown.
+KSM_HPA_CURRENT: Final = "kube_horizontalpodautoscaler_status_current_replicas"
+KSM_HPA_MAX: Final = "kube_horizontalpodautoscaler_spec_max_replicas"
 
 # Custom-metric names that prometheus-adapter serves (custom.metrics.k8s.io) for the HPA backend.
 ADAPTER_METRIC_KV_CACHE_USAGE: Final = "vllm_kv_cache_usage_perc"
@@ -43,26 +64,70 @@ ADAPTER_METRIC_REQUESTS_WAITING: Final = "vllm_num_requests_waiting"
 
 # Default window of the hit-rate query.
 HIT_RATE_WINDOW: Final = "5m"
+# Label that aggregated queries carry the PrefixServing's name in.
+RESOURCE_LABEL: Final = "prefixserving"
+BY_RESOURCE: Final = f"namespace, {RESOURCE_LABEL}"
+_HASHES: Final = "-[a-z0-9]+-[a-z0-9]+"
 
 
 def engine_pod_regex(name: str) -> str:
     """Regex matching the pod names of the engine Deployment ``<name>-engine``."""
-    return f"{name}-engine-[a-z0-9]+-[a-z0-9]+"
-
-
-def engine_selector(namespace: str, name: str) -> str:
-    """Label matchers (with braces) selecting the engine pods of one PrefixServing."""
-    return f'{{namespace="{namespace}",pod=~"{engine_pod_regex(name)}"}}'
+    return f"{name}-engine{_HASHES}"
 
 
 def router_pod_regex(name: str) -> str:
     """Regex matching the pod names of the router Deployment ``<name>-router``."""
-    return f"{name}-router-[a-z0-9]+-[a-z0-9]+"
+    return f"{name}-router{_HASHES}"
+
+
+def engine_matchers(namespace: str, name: str) -> str:
+    """Label matchers (no braces) selecting the engine pods of one PrefixServing."""
+    return f'namespace="{namespace}",pod=~"{engine_pod_regex(name)}"'
+
+
+def router_matchers(namespace: str, name: str) -> str:
+    """Label matchers (no braces) selecting the router pods of one PrefixServing."""
+    return f'namespace="{namespace}",pod=~"{router_pod_regex(name)}"'
+
+
+def engine_selector(namespace: str, name: str) -> str:
+    """Label matchers (with braces) selecting the engine pods of one PrefixServing."""
+    return f"{{{engine_matchers(namespace, name)}}}"
 
 
 def router_selector(namespace: str, name: str) -> str:
     """Label matchers (with braces) selecting the router pods of one PrefixServing."""
-    return f'{{namespace="{namespace}",pod=~"{router_pod_regex(name)}"}}'
+    return f"{{{router_matchers(namespace, name)}}}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The engine and router pods a query covers, as label matchers without braces."""
+
+    engine: str
+    router: str
+
+
+def resource_scope(namespace: str, name: str) -> Scope:
+    """The pods of one PrefixServing (``namespace`` and ``name`` may be Grafana variables)."""
+    return Scope(engine_matchers(namespace, name), router_matchers(namespace, name))
+
+
+# Every PrefixServing's pods, in every namespace.
+FLEET: Final = Scope(engine=f'pod=~".+-engine{_HASHES}"', router=f'pod=~".+-router{_HASHES}"')
+
+
+def series(metric: str, matchers: str, *extra: str) -> str:
+    """``metric{matchers,extra...}``."""
+    return f"{metric}{{{','.join((matchers, *extra))}}}"
+
+
+def per_resource(expr: str, component: str = "engine") -> str:
+    """``expr`` with the label ``prefixserving`` set to the resource name in its pod label."""
+    return f'label_replace({expr}, "{RESOURCE_LABEL}", "$1", "pod", "(.+)-{component}{_HASHES}")'
+
+
+# ------------------------------------------------------------------------------ autoscaling
 
 
 def kv_cache_usage(namespace: str, name: str) -> str:
@@ -86,4 +151,155 @@ def prefix_cache_hit_rate(namespace: str, name: str, window: str = HIT_RATE_WIND
     return (
         f"sum(rate({VLLM_PREFIX_CACHE_HITS}{selector}[{window}]))"
         f" / sum(rate({VLLM_PREFIX_CACHE_QUERIES}{selector}[{window}]))"
+    )
+
+
+def new_first_block_ratio(namespace: str, name: str) -> str:
+    """Share of requests whose first prefix block was new, per model, averaged over routers."""
+    return f"avg by (model) ({ROUTER_NEW_FIRST_BLOCK_RATIO}{router_selector(namespace, name)})"
+
+
+def adapter_rules() -> list[dict[str, Any]]:
+    """prometheus-adapter rules serving the per-pod custom metrics the HPA backend asks for.
+
+    Each rule discovers the engine series (``seriesQuery``), maps the ``namespace`` and
+    ``pod`` labels to Kubernetes objects, renames ``vllm:<x>`` to ``vllm_<x>`` (custom metric
+    names cannot hold a colon) and computes one value per pod: the mean KV cache usage of the
+    pod's engines, and the sum of their waiting requests. prometheus-adapter fills in
+    ``<<.Series>>``, ``<<.LabelMatchers>>`` (``namespace="ns",pod=~"a|b"``) and
+    ``<<.GroupBy>>`` (``pod``).
+    """
+    resources = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
+    rules = []
+    for metric, adapter_name, aggregation in (
+        (VLLM_KV_CACHE_USAGE, ADAPTER_METRIC_KV_CACHE_USAGE, "avg"),
+        (VLLM_REQUESTS_WAITING, ADAPTER_METRIC_REQUESTS_WAITING, "sum"),
+    ):
+        rules.append(
+            {
+                "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
+                "resources": resources,
+                "name": {"matches": f"^{metric}$", "as": adapter_name},
+                "metricsQuery": (
+                    f"{aggregation} by (<<.GroupBy>>) (<<.Series>>{{<<.LabelMatchers>>}})"
+                ),
+            }
+        )
+    return rules
+
+
+# ----------------------------------------------------------------------------------- alerts
+
+
+def _mature(matchers: str, grace_s: int, offset_s: int) -> str:
+    """Engine pods whose process started more than ``grace_s`` before ``now - offset_s``."""
+    if offset_s == 0:
+        return f"(time() - {series(PROCESS_START_TIME, matchers)}) > {grace_s}"
+    start = f"{series(PROCESS_START_TIME, matchers)} offset {offset_s}s"
+    return f"(time() - {offset_s} - {start}) > {grace_s}"
+
+
+def _mature_rate(metric: str, scope: Scope, window: str, grace_s: int, offset_s: int) -> str:
+    offset = f" offset {offset_s}s" if offset_s else ""
+    rate = f"rate({series(metric, scope.engine)}[{window}]{offset})"
+    mature = _mature(scope.engine, grace_s, offset_s)
+    return f"sum by ({BY_RESOURCE}) ({per_resource(f'{rate} and on (namespace, pod) {mature}')})"
+
+
+def mature_hit_rate(scope: Scope, grace_s: int, offset_s: int = 0, window: str = "5m") -> str:
+    """Hit rate per resource over ``window`` ending ``offset_s`` ago, counting only engine
+    pods that had been up longer than ``grace_s`` then (a new pod's cold cache is warm-up
+    noise, not a decline)."""
+    hits = _mature_rate(VLLM_PREFIX_CACHE_HITS, scope, window, grace_s, offset_s)
+    queries = _mature_rate(VLLM_PREFIX_CACHE_QUERIES, scope, window, grace_s, offset_s)
+    return f"({hits}) / ({queries})"
+
+
+def hit_rate_declining(scope: Scope, drop_fraction: float, grace_s: int, lookback_s: int) -> str:
+    """The 5m hit rate is more than ``drop_fraction`` below its value ``lookback_s`` ago."""
+    now = mature_hit_rate(scope, grace_s)
+    then = mature_hit_rate(scope, grace_s, offset_s=lookback_s)
+    return f"{now}\n< {1 - drop_fraction:g} * {then}"
+
+
+def kv_cache_saturated(scope: Scope, threshold: float) -> str:
+    """Mean KV cache usage per resource above ``threshold``."""
+    usage = per_resource(series(VLLM_KV_CACHE_USAGE, scope.engine))
+    return f"avg by ({BY_RESOURCE}) ({usage}) > {threshold:g}"
+
+
+def replicas_at_max(scope: Scope, max_replicas: int | None) -> str:
+    """Resources whose engine count reached the maximum.
+
+    With ``max_replicas`` known (a rendered resource): engine pods reporting vLLM series.
+    Unknown (the fleet): kube-state-metrics' view of the engine HPA, named ``<name>-engine``
+    (HPA backend) or ``keda-hpa-<name>-engine`` (KEDA).
+    """
+    if max_replicas is not None:
+        pods = f"max by (namespace, pod) ({series(VLLM_REQUESTS_WAITING, scope.engine)})"
+        return f"count by ({BY_RESOURCE}) ({per_resource(pods)}) >= {max_replicas}"
+    at_max = f"{KSM_HPA_CURRENT} >= {KSM_HPA_MAX}"
+    return (
+        f'max by ({BY_RESOURCE}) (label_replace({at_max}, "{RESOURCE_LABEL}", "$1",'
+        f' "horizontalpodautoscaler", "(?:keda-hpa-)?(.+)-engine"))'
+    )
+
+
+def queue_growing_at_max(scope: Scope, max_replicas: int | None, window: str = "10m") -> str:
+    """Waiting requests rising over ``window`` and non-zero while replicas are at max."""
+    waiting = series(VLLM_REQUESTS_WAITING, scope.engine)
+    rising = f"sum by ({BY_RESOURCE}) ({per_resource(f'deriv({waiting}[{window}])')}) > 0"
+    queued = f"sum by ({BY_RESOURCE}) ({per_resource(waiting)}) > 0"
+    at_max = replicas_at_max(scope, max_replicas)
+    return f"({queued})\nand on ({BY_RESOURCE}) ({rising})\nand on ({BY_RESOURCE}) ({at_max})"
+
+
+def preemptions_rising(scope: Scope, per_second: float, window: str = "5m") -> str:
+    """Preemptions per second per resource above ``per_second``."""
+    rate = per_resource(f"rate({series(VLLM_PREEMPTIONS, scope.engine)}[{window}])")
+    return f"sum by ({BY_RESOURCE}) ({rate}) > {per_second:g}"
+
+
+def target_down(scope: Scope, component: str) -> str:
+    """Scrape targets of the engine or router pods that fail (``up == 0``)."""
+    matchers = scope.engine if component == "engine" else scope.router
+    return f"{per_resource(series('up', matchers), component)} == 0"
+
+
+def too_few_up(scope: Scope, component: str, minimum: int) -> str:
+    """Fewer than ``minimum`` healthy targets of one resource's engines or routers.
+
+    Engine pods are counted by their vLLM series (a warm-up sidecar's target in the same
+    pod does not count); router pods by ``up``. Absence counts as zero.
+    """
+    if component == "engine":
+        healthy = f"max by (pod) ({series(VLLM_REQUESTS_RUNNING, scope.engine)})"
+    else:
+        healthy = f"{series('up', scope.router)} == 1"
+    return f"(count({healthy}) or vector(0)) < {minimum}"
+
+
+def warmup_timed_out(scope: Scope, window: str = "15m") -> str:
+    """Engine pods whose warm-up timed out within ``window``.
+
+    The counter goes 0 -> 1 once per pod; a pod is only scraped once Ready, which is after
+    the timeout, so its first scraped value may already be 1: a series that is new within
+    ``window`` with a value above 0 counts as well as an increase.
+    """
+    timeouts = series(WARMUP_TIMEOUTS, scope.engine)
+    new = f"({timeouts} > 0 unless {timeouts} offset {window})"
+    timed_out = f"increase({timeouts}[{window}]) > 0 or {new}"
+    return f"count by ({BY_RESOURCE}) ({per_resource(timed_out)}) > 0"
+
+
+def prefix_hygiene(scope: Scope, threshold: float) -> str:
+    """Models whose share of never-seen first blocks is above ``threshold``, with the cause
+    the router diagnosed as a label (only when the router has a verdict: not ``healthy``)."""
+    by = f"{BY_RESOURCE}, model"
+    ratio = per_resource(series(ROUTER_NEW_FIRST_BLOCK_RATIO, scope.router), "router")
+    cause = per_resource(series(ROUTER_HYGIENE_CAUSE, scope.router, 'cause!="healthy"'), "router")
+    return (
+        f"(avg by ({by}) ({ratio}) > {threshold:g})\n"
+        f"* on ({by}) group_left (cause)\n"
+        f"topk by ({by}) (1, max by ({by}, cause) ({cause}))"
     )

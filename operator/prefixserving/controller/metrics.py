@@ -52,7 +52,7 @@ def _scalar(client: PrometheusConnect, query: str, timeout_s: float) -> float | 
 def query(url: str, namespace: str, name: str, timeout_s: float) -> Figures:
     """Query the three figures of one PrefixServing; raises :class:`MetricsUnavailable`."""
     # No retries: a slow or missing Prometheus must cost at most one timeout per query.
-    client = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+    client = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, read=False))
     try:
         return Figures(
             hit_rate=_scalar(client, promql.prefix_cache_hit_rate(namespace, name), timeout_s),

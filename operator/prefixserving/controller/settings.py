@@ -13,7 +13,7 @@ Variable                               Meaning                                  
 ``PREFIXSERVING_PEERING``              kopf peering name for active-passive HA;   (none:
                                        empty runs standalone                      standalone)
 ``PREFIXSERVING_HEALTH_PORT``          liveness endpoint port (``/healthz``)       8081
-``PREFIXSERVING_STATUS_INTERVAL_S``    children -> status refresh period          10
+``PREFIXSERVING_STATUS_INTERVAL_S``    children -> status refresh period          30
 ``PREFIXSERVING_METRICS_INTERVAL_S``   Prometheus -> status.metrics period        30
 ``PREFIXSERVING_RESYNC_INTERVAL_S``    full re-apply of every resource's          300
                                        children (catches missed events, KEDA
@@ -50,7 +50,7 @@ class Settings:
     log_format: str = "text"
     peering: str = ""
     health_port: int = constants.OPERATOR_HEALTH_PORT
-    status_interval_s: float = 10.0
+    status_interval_s: float = 30.0
     metrics_interval_s: float = 30.0
     resync_interval_s: float = 300.0
 
@@ -77,7 +77,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         log_format=log_format,
         peering=get("PEERING", ""),
         health_port=int(get("HEALTH_PORT", str(constants.OPERATOR_HEALTH_PORT))),
-        status_interval_s=float(get("STATUS_INTERVAL_S", "10")),
+        status_interval_s=float(get("STATUS_INTERVAL_S", "30")),
         metrics_interval_s=float(get("METRICS_INTERVAL_S", "30")),
         resync_interval_s=float(get("RESYNC_INTERVAL_S", "300")),
     )

@@ -54,9 +54,11 @@ def cluster_lane(root_hash: Hashable) -> tuple[str, Hashable]:
 
 
 class Pick(Enum):
-    """Which stride class presented a request (also a metric label)."""
+    """How a request was presented (also a metric label): FCFS spine without cache pressure,
+    lane stride under pressure, or ride-along of a hot cluster."""
 
     FCFS = "fcfs"
+    STRIDE = "stride"
     RIDE_ALONG = "ride_along"
 
 
@@ -76,6 +78,8 @@ class Entry(Generic[R]):
 @dataclass(slots=True)
 class _Lane:
     heap: list[tuple[int, int, str]]
+    order: int
+    pass_tokens: float
     size: int = 0
 
 
@@ -94,9 +98,12 @@ class Lanes(Generic[R]):
         self.ride_enabled = False
         self.spine_pass = 0.0
         self.ride_pass = 0.0
+        self.global_lane_pass = 0.0
         self._entries: dict[str, Entry[R]] = {}
         self._spine: list[tuple[int, int, str]] = []
         self._lanes: dict[Hashable, _Lane] = {}
+        self._lane_heap: list[tuple[float, int, Hashable]] = []
+        self._lane_order = itertools.count()
         self._hot: OrderedDict[Hashable, None] = OrderedDict()
         self._next_seq = itertools.count()
         self._front_seq = itertools.count(-1, -1)
@@ -130,7 +137,7 @@ class Lanes(Generic[R]):
         seq = next(self._front_seq) if front else next(self._next_seq)
         entry = Entry(rid=rid, request=request, seq=seq, lane=lane)
         self._entries[rid] = entry
-        self._lanes.setdefault(lane, _Lane(heap=[])).size += 1
+        self._lane(lane).size += 1
         self._push(entry)
         return entry
 
@@ -154,7 +161,7 @@ class Lanes(Generic[R]):
         self.remove(rid)
         entry.lane = lane
         self._entries[rid] = entry
-        self._lanes.setdefault(lane, _Lane(heap=[])).size += 1
+        self._lane(lane).size += 1
         entry.present = present
         if present:
             self._push(entry)
@@ -172,6 +179,7 @@ class Lanes(Generic[R]):
             return
         entry.present = True
         self._push(entry)
+        self._push_lane(entry.lane)
         self.mark_hot(entry.lane)
 
     def mark_hot(self, lane: Hashable) -> None:
@@ -193,27 +201,70 @@ class Lanes(Generic[R]):
         return None if state is None else self._clean_head(state.heap)
 
     def next_pick(self, is_hot: Callable[[Entry[R]], bool]) -> tuple[Entry[R], Pick] | None:
-        """The request to present next and the class that picks it.
+        """The request to present next and how it was picked.
 
-        Ride-along picks when enabled, its pass is not ahead of the spine's, and some hot lane's
-        head passes ``is_hot``; lanes whose head is not hot leave the hot set."""
+        Without pressure (``ride_enabled`` False): the FCFS spine. Under pressure: ride-along
+        when its pass is not ahead of the spine's and some hot lane's head passes ``is_hot``
+        (lanes whose head is not hot leave the hot set); otherwise the lane stride."""
         spine = self.spine_head()
         if spine is None:
             return None
-        if self.ride_enabled and self.ride_share > 0 and self.ride_pass <= self.spine_pass:
+        if not self.ride_enabled:
+            return spine, Pick.FCFS
+        if self.ride_share > 0 and self.ride_pass <= self.spine_pass:
             ride = self._oldest_hot_head(is_hot)
-            if ride is not None and ride.rid != spine.rid:
+            if ride is not None:
                 return ride, Pick.RIDE_ALONG
         if self.ride_pass < self.spine_pass:
             self.ride_pass = self.spine_pass
-        return spine, Pick.FCFS
+        stride = self._stride_head()
+        return (spine, Pick.FCFS) if stride is None else (stride, Pick.STRIDE)
 
-    def charge(self, pick: Pick, cost_tokens: float) -> None:
-        """Advance the stride pass of the class that admitted ``cost_tokens`` of prefill."""
+    def charge(self, pick: Pick, lane: Hashable, cost_tokens: float) -> None:
+        """Account ``cost_tokens`` of prefill just admitted from ``lane`` (already removed):
+        the picking class's pass and the lane's pass (stride ``cost / tickets``, tickets = the
+        lane's waiting requests including the admitted one)."""
         if pick is Pick.RIDE_ALONG:
             self.ride_pass += cost_tokens / self.ride_share
         else:
             self.spine_pass += cost_tokens / (1.0 - self.ride_share)
+        state = self._lanes.get(lane)
+        if state is None:
+            return
+        self.global_lane_pass = max(self.global_lane_pass, state.pass_tokens)
+        state.pass_tokens += cost_tokens / (state.size + 1)
+        self._push_lane(lane)
+
+    def _stride_head(self) -> Entry[R] | None:
+        """Head of the lane with the lowest pass (ties: older lane). Amortised O(log lanes)."""
+        heap = self._lane_heap
+        while heap:
+            pass_tokens, _, key = heap[0]
+            state = self._lanes.get(key)
+            if state is None or state.pass_tokens != pass_tokens:
+                heapq.heappop(heap)
+                continue
+            head = self._clean_head(state.heap)
+            if head is None:
+                heapq.heappop(heap)  # all parked; pushed again on unpark
+                continue
+            return head
+        return None
+
+    def _lane(self, key: Hashable) -> _Lane:
+        state = self._lanes.get(key)
+        if state is None:
+            # A new lane starts at the current global pass: it cannot bank credit.
+            state = _Lane(
+                heap=[], order=next(self._lane_order), pass_tokens=self.global_lane_pass
+            )
+            self._lanes[key] = state
+            self._push_lane(key)
+        return state
+
+    def _push_lane(self, key: Hashable) -> None:
+        state = self._lanes[key]
+        heapq.heappush(self._lane_heap, (state.pass_tokens, state.order, key))
 
     def _oldest_hot_head(self, is_hot: Callable[[Entry[R]], bool]) -> Entry[R] | None:
         best: Entry[R] | None = None

@@ -172,11 +172,13 @@ class PeekQueue(Generic[R, H]):
             self.holding.add_pioneer(entry.rid, hashes[walk.cached_blocks :])
             self._pioneer_requests[entry.rid] = entry.request
         cost = self._cost_tokens(entry.request, walk)
-        self.lanes.charge(candidate.pick, cost)
+        self.lanes.charge(candidate.pick, entry.lane, cost)
         self.stats.admitted[candidate.pick.value] += 1
         self.stats.admitted_tokens[candidate.pick.value] += cost
         self.stats.lane_tokens["solo" if entry.lane == SOLO_LANE else "cluster"] += cost
         self._popped_this_step.add(entry.rid)
+        # The admitted request's prefix is now cached: the rest of its cluster can ride along.
+        self.lanes.mark_hot(entry.lane)
         return entry.request
 
     def remove_request(self, request: R) -> None:

@@ -15,12 +15,12 @@ from prefixserving import constants
 from prefixserving.api import defaults, names
 from prefixserving.api.defaults import EffectiveAutoscaling, ScalingBehavior
 from prefixserving.api.types import ModelSource, PrefixServing, PrefixServingSpec
-from prefixserving.autoscaling import promql
+from prefixserving.autoscaling import alerts, promql
 
 MODELS_DIR = "/models"
 HF_HOME = "/var/cache/huggingface"
-WARMUP_DIR = "/etc/prefixserving/warmup"
-WARMUP_FILE = "prompts.json"
+# The warm-up sidecar reads its prompts from this file (mounted from a ConfigMap).
+WARMUP_DIR, WARMUP_FILE = constants.WARMUP_PROMPTS_FILE.rsplit("/", 1)
 PROBE_PERIOD_S = 10
 WARMUP_CPU = "100m"
 WARMUP_MEMORY = "256Mi"
@@ -155,7 +155,7 @@ def _warmup(resource: PrefixServing) -> dict[str, Any] | None:
             "--engine-url",
             f"http://127.0.0.1:{constants.ENGINE_PORT}",
             "--prompts-file",
-            f"{WARMUP_DIR}/{WARMUP_FILE}",
+            constants.WARMUP_PROMPTS_FILE,
             "--router-url",
             names.router_url(name, resource.metadata.namespace),
             "--hot-prefixes",
@@ -166,6 +166,8 @@ def _warmup(resource: PrefixServing) -> dict[str, Any] | None:
             f"http://$(POD_IP):{constants.ENGINE_PORT}",
             "--port",
             str(constants.WARMUP_PORT),
+            "--model",
+            spec.model.served_name,
         ],
         "inline": ref is None,
         "configmap": ref.name if ref is not None else names.warmup_configmap(name),
@@ -319,6 +321,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
         "monitoring": {
             "labels": spec.monitoring.labels,
             "alerts": spec.monitoring.alerts.model_dump(by_alias=True),
+            "alert_groups": alerts.resource_groups(resource, auto),
         },
         "promql": {
             "engine_selector": promql.engine_selector(namespace, name),

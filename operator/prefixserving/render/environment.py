@@ -37,15 +37,11 @@ def _environment(folder: str) -> jinja2.Environment:
     )
 
 
-def template_exists(name: str) -> bool:
-    """Whether ``name`` is in the templates folder."""
-    return (templates_dir() / name).is_file()
-
-
 def render_template(name: str, context: dict[str, Any]) -> dict[str, Any]:
     """Render one template into one Kubernetes object (a dict)."""
     text = _environment(str(templates_dir())).get_template(name).render(**context)
-    obj = yaml.safe_load(text)
+    # libyaml's safe loader when available: ~10x faster than pure Python, same result.
+    obj = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if not isinstance(obj, dict):
         raise ValueError(f"template {name} did not produce one object")
     return obj

@@ -23,13 +23,12 @@ import asyncio
 import contextlib
 import itertools
 import json
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -81,10 +80,7 @@ class _BadBody(Exception):
 
 
 class Router:
-    """State of one router instance: pool, policy, key config, hygiene, hot prefixes, metrics.
-
-    ``transport`` replaces the upstream HTTP transport (tests).
-    """
+    """State of one router instance: pool, policy, key config, hygiene, hot prefixes, metrics."""
 
     def __init__(
         self,
@@ -95,7 +91,6 @@ class Router:
         config: RouterConfig | None = None,
         hygiene: PrefixHygiene | None = None,
         hot: HotPrefixes | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.pool = pool
         self.policy = policy
@@ -104,47 +99,42 @@ class Router:
         self.hygiene = hygiene or PrefixHygiene()
         self.hot = hot or HotPrefixes(self.key_config)
         self.metrics = RouterMetrics(pool, self.hygiene)
-        self._transport = transport
+        pool.on_eject = lambda url: self.metrics.ejections.labels(url).inc()
         self._rotation = itertools.count()
-        self.client: httpx.AsyncClient | None = None
+        self.session: aiohttp.ClientSession | None = None
 
     # Lifecycle ------------------------------------------------------------------------------
 
-    def _make_client(
-        self, max_connections: int, verify: ssl.SSLContext | bool
-    ) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            transport=self._transport,
-            verify=verify,
-            timeout=httpx.Timeout(
+    def _make_session(self, max_connections: int) -> aiohttp.ClientSession:
+        """A pooled client that passes bytes as they are: no decompression, no cookies, no
+        headers of its own."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
                 connect=self.config.connect_timeout_s,
-                read=self.config.read_timeout_s,
-                write=self.config.read_timeout_s,
-                pool=self.config.connect_timeout_s,
+                sock_read=self.config.read_timeout_s,
             ),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
-        # Loading CA certificates takes ~0.3 s: only when a backend speaks TLS.
-        tls = any(url.startswith("https://") for url in self.pool.members)
-        verify: ssl.SSLContext | bool = ssl.create_default_context() if tls else False
-        self.client = self._make_client(self.config.max_connections, verify)
-        scrape_client = self._make_client(64, verify)
+        self.session = self._make_session(self.config.max_connections)
+        scrape_session = self._make_session(64)
         await self.pool.refresh_members()
-        task = asyncio.create_task(self.pool.run(scrape_client))
+        task = asyncio.create_task(self.pool.run(scrape_session))
         try:
             yield
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            await scrape_client.aclose()
-            await self.client.aclose()
+            await scrape_session.close()
+            await self.session.close()
 
     # Request handling -----------------------------------------------------------------------
 
@@ -189,12 +179,12 @@ class Router:
         on_complete: Callable[[str], None],
         received_at: float,
     ) -> Exchange:
-        assert self.client is not None, "the router's lifespan has not started"
+        assert self.session is not None, "the router's lifespan has not started"
         path = request.url.path
         if request.url.query:
             path += "?" + request.url.query
         return Exchange(
-            client=self.client,
+            session=self.session,
             pool=self.pool,
             metrics=self.metrics,
             method=request.method,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from prefixserving.router.policies.base import BackendLoad
 
@@ -109,7 +109,7 @@ class BackendPool:
     """The set of backends, their loads and their health.
 
     Give either ``static`` URLs or ``dns`` (``(name, port)``). ``on_eject(url)`` is called at
-    each ejection (metrics).
+    each ejection (the router counts them in its metrics).
     """
 
     def __init__(
@@ -128,7 +128,7 @@ class BackendPool:
         self.dns = dns
         self._resolver = resolver
         self._clock = clock
-        self._on_eject = on_eject
+        self.on_eject = on_eject
         self._states: dict[str, BackendState] = {}
         self._healthy: tuple[str, ...] = ()
         self._set_members(url.rstrip("/") for url in static)
@@ -217,29 +217,32 @@ class BackendPool:
         state.failures = 0
         self._update_healthy()
         log.warning("ejected backend %s for %.1f s", state.url, backoff_s)
-        if self._on_eject is not None:
-            self._on_eject(state.url)
+        if self.on_eject is not None:
+            self.on_eject(state.url)
 
     # Scraping and probing -------------------------------------------------------------------
 
-    async def _scrape(self, client: httpx.AsyncClient, state: BackendState) -> None:
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
+
+    async def _scrape(self, session: aiohttp.ClientSession, state: BackendState) -> None:
         try:
-            response = await client.get(
-                f"{state.url}/metrics", timeout=self.config.scrape_timeout_s
-            )
-        except httpx.ConnectError:
+            async with session.get(f"{state.url}/metrics", timeout=self._timeout()) as response:
+                if response.status != 200:
+                    return
+                text = await response.text()
+        except aiohttp.ClientConnectorError:
             self.record_failure(state.url)
             return
-        except httpx.HTTPError:
+        except (aiohttp.ClientError, TimeoutError):
             return
-        if response.status_code == 200:
-            state.waiting, state.kv_usage = parse_load(response.text)
+        state.waiting, state.kv_usage = parse_load(text)
 
-    async def _probe(self, client: httpx.AsyncClient, state: BackendState) -> None:
+    async def _probe(self, session: aiohttp.ClientSession, state: BackendState) -> None:
         try:
-            response = await client.get(f"{state.url}/health", timeout=self.config.scrape_timeout_s)
-            ok = response.status_code == 200
-        except httpx.HTTPError:
+            async with session.get(f"{state.url}/health", timeout=self._timeout()) as response:
+                ok = response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             ok = False
         if state.url not in self._states:
             return
@@ -251,18 +254,18 @@ class BackendPool:
         else:
             self._eject(state)
 
-    async def scrape_once(self, client: httpx.AsyncClient) -> None:
+    async def scrape_once(self, session: aiohttp.ClientSession) -> None:
         """Scrape every healthy backend and probe every ejected one whose time is up."""
         now = self._clock()
         jobs = []
         for state in list(self._states.values()):
             if state.ejected_until is None:
-                jobs.append(self._scrape(client, state))
+                jobs.append(self._scrape(session, state))
             elif state.ejected_until <= now:
-                jobs.append(self._probe(client, state))
+                jobs.append(self._probe(session, state))
         await asyncio.gather(*jobs)
 
-    async def run(self, client: httpx.AsyncClient) -> None:
+    async def run(self, session: aiohttp.ClientSession) -> None:
         """Refresh members and scrape loads until cancelled."""
         next_dns = 0.0
         while True:
@@ -270,7 +273,7 @@ class BackendPool:
                 await self.refresh_members()
                 next_dns = self._clock() + self.config.dns_interval_s
             try:
-                await self.scrape_once(client)
+                await self.scrape_once(session)
             except Exception:
                 log.exception("scraping backends failed")
             await asyncio.sleep(self.config.scrape_interval_s)

@@ -41,7 +41,7 @@ def log_config(log_format: str) -> dict[str, Any]:
         "formatters": {"default": formatter},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "default"}},
         "root": {"handlers": ["stderr"], "level": "INFO"},
-        "loggers": {"uvicorn": {"level": "INFO"}, "httpx": {"level": "WARNING"}},
+        "loggers": {"uvicorn": {"level": "INFO"}, "aiohttp": {"level": "WARNING"}},
     }
 
 

@@ -17,11 +17,11 @@ Defaults: 256 virtual nodes, load factor 1.25. O(log(N * virtual_nodes) + N) per
 ``sglang_cache_aware``: SGLang's cache-aware router (``cache_aware`` policy).
 
 1. Load = the router's in-flight count per backend. If ``max - min > balance_abs_threshold``
-   and ``max > balance_rel_threshold * min``, take the least loaded (``balance``).
+   and ``max > balance_rel_threshold * min``, take the least loaded (``fallback``).
 2. Otherwise find the backend whose approximate tree (the prefixes routed to it) matches the
    most leading blocks of the request. If the match covers more than ``cache_threshold`` of
    the request, take it (``affinity``); else the backend with the smallest tree
-   (``spilled``: the most free cache).
+   (``balance``: the most free cache).
 3. Insert the request's blocks into the chosen backend's tree; each tree keeps its
    ``max_tree_blocks`` most recently used prefixes (SGLang evicts by LRU on a timer).
 
@@ -133,7 +133,7 @@ class SglangCacheAwarePolicy(RoutingPolicy):
         cfg = self.config
         if high - low > cfg.balance_abs_threshold and high > cfg.balance_rel_threshold * low:
             backend = min(ctx.backends, key=lambda b: in_flight[b])
-            reason = DecisionReason.BALANCE
+            reason = DecisionReason.FALLBACK
         else:
             matched = {b: _match(trees[b], ctx.blocks) for b in ctx.backends}
             best = max(ctx.backends, key=lambda b: matched[b])
@@ -141,7 +141,7 @@ class SglangCacheAwarePolicy(RoutingPolicy):
                 backend, reason = best, DecisionReason.AFFINITY
             else:
                 backend = min(ctx.backends, key=lambda b: len(trees[b]))
-                reason = DecisionReason.SPILLED
+                reason = DecisionReason.BALANCE
         _insert(trees[backend], ctx.blocks, cfg.max_tree_blocks)
         return Decision(backend, reason)
 

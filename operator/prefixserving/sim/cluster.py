@@ -1,11 +1,13 @@
 """Discrete-event simulation of a router in front of engine replicas.
 
-Each request arrives at the router, which asks a :class:`RoutingPolicy` (the same objects the
-HTTP router runs, through :mod:`prefixserving.router.policies.base`) for a backend, giving it
-the request's chained block keys, the Ready replicas and their loads: its own in-flight
-counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped (every
-``scrape_interval_s``). The replica queues it and serves it (:mod:`.replica`): TTFT is the
-time from arrival to the end of its prefill.
+Each request arrives at one of the router replicas (picked by a hash of its index, like a
+Service spreading connections), which asks its own :class:`RoutingPolicy` instance (the same
+objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for a backend,
+giving it the request's chained block keys, the Ready replicas and their loads: that router's
+own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped (every
+``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
+the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
+prefill.
 
 Membership changes over time: :meth:`ClusterSim.add_replica` starts a replica (cold, or warmed
 with given prefixes) that takes traffic after ``ready_delay_s``; :meth:`remove_replica` stops
@@ -34,6 +36,7 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
+from prefixserving.router.policies.ranking import mix64
 from prefixserving.sim.replica import Job, Replica, ReplicaStats, ServiceModel
 from prefixserving.sim.traces import TraceRequest
 from prefixserving.sim.workloads import chain_block_ids
@@ -135,11 +138,14 @@ class ClusterSim:
 
     def __init__(
         self,
-        policy: RoutingPolicy,
+        policy: RoutingPolicy | Sequence[RoutingPolicy],
         config: ClusterConfig | None = None,
         on_tick: Callable[[ClusterSim, Tick], None] | None = None,
     ) -> None:
-        self.policy = policy
+        """``policy``: one policy (one router) or one fresh instance per router replica."""
+        self.routers = [policy] if isinstance(policy, RoutingPolicy) else list(policy)
+        if not self.routers:
+            raise ValueError("at least one router policy is needed")
         self.config = config or ClusterConfig()
         self.on_tick = on_tick
         self.now = 0.0
@@ -147,12 +153,12 @@ class ClusterSim:
         self._retired: dict[str, ReplicaStats] = {}
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
-        self._in_flight: Counter[str] = Counter()
+        self._in_flight: list[Counter[str]] = [Counter() for _ in self.routers]
         self._scraped: dict[str, BackendLoad] = {}
         self._pending: deque[Job] = deque()
         self._decisions: Counter[str] = Counter()
         self._outcomes: dict[int, Outcome] = {}
-        self._routes: dict[int, Decision] = {}
+        self._routes: dict[int, tuple[int, Decision]] = {}
         self._ticks: list[Tick] = []
 
     # -- membership ------------------------------------------------------------------------
@@ -278,23 +284,26 @@ class ClusterSim:
             self._route(self._pending.popleft())
 
     def _route(self, job: Job) -> None:
+        router = mix64(job.index) % len(self.routers)
+        policy, in_flight = self.routers[router], self._in_flight[router]
         backends = self.ready_backends()
+        idle = BackendLoad()
         loads = {
             b: BackendLoad(
-                self._in_flight[b],
-                self._scraped.get(b, BackendLoad()).waiting,
-                self._scraped.get(b, BackendLoad()).kv_usage,
+                in_flight[b],
+                self._scraped.get(b, idle).waiting,
+                self._scraped.get(b, idle).kv_usage,
             )
             for b in backends
         }
         ctx = RoutingContext(job.blocks, backends, loads)
-        decision = self.policy.select(ctx)
-        if decision.backend not in self.replicas:
-            raise ValueError(f"policy {self.policy.name} chose unknown backend {decision.backend}")
-        self.policy.on_routed(ctx, decision)
-        self._routes[job.index] = decision
+        decision = policy.select(ctx)
+        if decision.backend not in backends:
+            raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")
+        policy.on_routed(ctx, decision)
+        self._routes[job.index] = (router, decision)
         self._decisions[str(decision.reason)] += 1
-        self._in_flight[decision.backend] += 1
+        in_flight[decision.backend] += 1
         replica = self.replicas[decision.backend]
         replica.stats.routed += 1
         replica.queue.append(job)
@@ -310,7 +319,7 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.prefilling = False
-        decision = self._routes.pop(job.index)
+        _, decision = self._routes[job.index]
         self._outcomes[job.index] = Outcome(
             job.index,
             job.arrival_s,
@@ -328,9 +337,10 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.finish(job)
-        self._in_flight[name] -= 1
+        router, _ = self._routes.pop(job.index)
+        self._in_flight[router][name] -= 1
         self._remaining -= 1
-        self.policy.on_complete(name)
+        self.routers[router].on_complete(name)
         self._start(replica)
         self._retire_if_drained(replica)
 
@@ -348,7 +358,7 @@ class ClusterSim:
                 n,
                 r.ready,
                 r.draining,
-                self._in_flight[n],
+                sum(c[n] for c in self._in_flight),
                 len(r.queue),
                 r.running,
                 r.cache.kv_usage,

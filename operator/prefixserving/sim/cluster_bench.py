@@ -1,7 +1,8 @@
 """The cluster routing benchmark: every policy on the same workloads and fleet sizes.
 
-For each workload and replica count N, each policy gets a fresh :class:`ClusterSim` with N
-identical replicas and replays the same requests. Reported per run: cluster hit rate (share of
+For each workload, replica count N and router replica count R, each policy gets a fresh
+:class:`ClusterSim` with N identical replicas behind R router replicas (one policy instance
+each, sharing nothing) and replays the same requests. Reported per run: cluster hit rate (share of
 prompt tokens served from cache) and its ratio to one unbounded cache's (the ideal), max/mean
 load (requests routed per replica, and prefill busy time per replica), TTFT p50/p99, and the
 policy's decisions by reason.
@@ -15,7 +16,7 @@ Fleet sizing, derived from the workload so any trace gets a comparable setting:
   the fleet reached the ideal hit rate (the replay is time-compressed by that factor). A
   policy that reuses less does more prefill work and queues more.
 
-The goal of the router issue, judged per (workload, N) for ``prefix_affinity``: hit rate at
+The goal of the router issue, judged per (workload, N, R) for ``prefix_affinity``: hit rate at
 least 95% of the ideal; max/mean requests at most 1.25; and a higher hit rate than every other
 policy whose balance is equal or better, where ours counts as equal or better balanced when
 its max/mean is at most the other's or at most 1.25.
@@ -65,6 +66,7 @@ class RunRow:
 
     workload: str
     replicas: int
+    routers: int
     policy: str
     time_scale: float
     cache_blocks: int
@@ -105,9 +107,17 @@ def auto_cache_blocks(workload: Workload, replicas: int) -> int:
 
 
 def run_one(
-    workload: Workload, replicas: int, policy: str, model: ServiceModel, time_scale: float
+    workload: Workload,
+    replicas: int,
+    routers: int,
+    policy: str,
+    model: ServiceModel,
+    time_scale: float,
 ) -> ClusterResult:
-    sim = ClusterSim(make_sim_policy(policy), ClusterConfig(service=model))
+    """One policy: ``replicas`` cold replicas behind ``routers`` router replicas."""
+    sim = ClusterSim(
+        [make_sim_policy(policy) for _ in range(routers)], ClusterConfig(service=model)
+    )
     width = len(str(replicas - 1))
     for i in range(replicas):
         sim.add_replica(f"replica-{i:0{width}d}")
@@ -117,6 +127,7 @@ def run_one(
 def run_bench(
     workloads: Sequence[Workload],
     replica_counts: Sequence[int],
+    router_counts: Sequence[int],
     policies: Sequence[str],
     *,
     service: ServiceModel,
@@ -124,7 +135,7 @@ def run_bench(
     time_scale: float | None,
     utilization: float,
 ) -> list[RunRow]:
-    """Every policy on every (workload, replica count); rows in that order."""
+    """Every policy on every (workload, replica count, router count); rows in that order."""
     rows = []
     for workload in workloads:
         ideal = ideal_hit_rate(workload.requests)
@@ -132,34 +143,50 @@ def run_bench(
             blocks = cache_blocks or auto_cache_blocks(workload, n)
             model = ServiceModel(**{**asdict(service), "cache_blocks": blocks})
             scale = time_scale or auto_time_scale(workload, n, model, utilization)
-            for policy in policies:
-                result = run_one(workload, n, policy, model, scale)
-                rows.append(
-                    RunRow(
-                        workload.name,
-                        n,
-                        make_sim_policy(policy).name,
-                        round(scale, 3),
-                        blocks,
-                        round(ideal, 4),
-                        round(result.hit_rate, 4),
-                        round(result.hit_rate / ideal, 4) if ideal else 0.0,
-                        round(result.max_mean("routed"), 3),
-                        round(result.max_mean("prefill_busy_s"), 3),
-                        round(result.ttft_quantile(0.5), 3),
-                        round(result.ttft_quantile(0.99), 3),
-                        dict(sorted(result.decisions.items())),
+            for routers in router_counts:
+                for policy in policies:
+                    result = run_one(workload, n, routers, policy, model, scale)
+                    rows.append(
+                        _row(workload.name, n, routers, policy, scale, model, ideal, result)
                     )
-                )
     return rows
+
+
+def _row(
+    workload: str,
+    replicas: int,
+    routers: int,
+    policy: str,
+    scale: float,
+    model: ServiceModel,
+    ideal: float,
+    result: ClusterResult,
+) -> RunRow:
+    return RunRow(
+        workload,
+        replicas,
+        routers,
+        make_sim_policy(policy).name,
+        round(scale, 3),
+        model.cache_blocks,
+        round(ideal, 4),
+        round(result.hit_rate, 4),
+        round(result.hit_rate / ideal, 4) if ideal else 0.0,
+        round(result.max_mean("routed"), 3),
+        round(result.max_mean("prefill_busy_s"), 3),
+        round(result.ttft_quantile(0.5), 3),
+        round(result.ttft_quantile(0.99), 3),
+        dict(sorted(result.decisions.items())),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The router issue's goal for one (workload, N), and the two-choice comparison."""
+    """The router issue's goal for one (workload, N, R), and the two-choice comparison."""
 
     workload: str
     replicas: int
+    routers: int
     hit_goal_met: bool
     balance_goal_met: bool
     ahead_of_all: bool
@@ -173,9 +200,13 @@ class Verdict:
 
 def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
     out = []
-    cases = dict.fromkeys((r.workload, r.replicas) for r in rows)
-    for workload, n in cases:
-        case = {r.policy: r for r in rows if (r.workload, r.replicas) == (workload, n)}
+    cases = dict.fromkeys((r.workload, r.replicas, r.routers) for r in rows)
+    for workload, n, routers in cases:
+        case = {
+            r.policy: r
+            for r in rows
+            if (r.workload, r.replicas, r.routers) == (workload, n, routers)
+        }
         ours = case.get(OURS)
         if ours is None:
             continue
@@ -197,6 +228,7 @@ def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
             Verdict(
                 workload,
                 n,
+                routers,
                 ours.hit_vs_ideal >= HIT_GOAL,
                 ours.max_mean_requests <= BALANCE_GOAL,
                 not behind,

@@ -38,7 +38,7 @@ def stack() -> None:
 @click.option(
     "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True
 )
-@click.option("--timeout-s", type=float, default=600, show_default=True)
+@click.option("--timeout-s", type=float, default=900, show_default=True)
 def up(
     scheduler: str,
     policy: str,

@@ -229,7 +229,7 @@ def start_engine(config: EngineConfig, workdir: Path) -> Engine:
     return Engine(config=config, port=port, process=process, log_path=log_path)
 
 
-def wait_ready(engine: Engine, timeout_s: float = 300.0) -> None:
+def wait_ready(engine: Engine, timeout_s: float = 600.0) -> None:
     """Block until the engine answers ``/health``; raise with its log tail if it dies or
     does not come up within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -267,7 +267,7 @@ def running_engines(
     configs: Sequence[EngineConfig],
     *,
     workdir: Path | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = 600.0,
 ) -> Iterator[list[Engine]]:
     """Start every engine concurrently, wait until all are ready, stop all on exit."""
     owned = workdir is None

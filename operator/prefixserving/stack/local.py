@@ -24,6 +24,7 @@ import httpx
 
 from prefixserving.stack.engines import (
     Engine,
+    MODEL_NAME,
     EngineConfig,
     SchedulerPolicy,
     free_port,
@@ -108,7 +109,15 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
     try:
         with running_engines(engine_configs, workdir=root) as engines:
             router_port = free_port()
-            router_args = ["router", "--port", str(router_port), "--policy", config.router_policy]
+            router_args = [
+                "router",
+                "--port",
+                str(router_port),
+                "--policy",
+                config.router_policy,
+                "--model",
+                MODEL_NAME,
+            ]
             for engine in engines:
                 router_args += ["--backend", engine.url]
             router = _prefixserving(*router_args, log=root / "router.log")

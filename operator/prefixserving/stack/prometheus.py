@@ -8,7 +8,8 @@ ScaledObject and the prometheus-adapter rules contain against live targets::
 
 Targets are scraped every ``scrape_interval_s`` under job ``vllm``; each target's
 ``instance`` label is its address, and ``extra_labels`` are attached to all of them (the
-labels Kubernetes service discovery would add, e.g. ``namespace`` and ``pod``).
+labels Kubernetes service discovery would add, e.g. ``namespace`` and ``pod``);
+``target_labels`` adds labels to single targets (a distinct ``pod`` per engine, say).
 """
 
 from __future__ import annotations
@@ -77,7 +78,13 @@ def write_config(
     scrape_interval_s: float,
     extra_labels: Mapping[str, str],
     rule_files: Sequence[Path] = (),
+    target_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Path:
+    per_target = target_labels or {}
+    static_configs = [
+        {"targets": [target], "labels": {**extra_labels, **per_target.get(target, {})}}
+        for target in targets
+    ]
     config = {
         "global": {
             "scrape_interval": _duration(scrape_interval_s),
@@ -87,7 +94,7 @@ def write_config(
         "scrape_configs": [
             {
                 "job_name": "vllm",
-                "static_configs": [{"targets": list(targets), "labels": dict(extra_labels)}],
+                "static_configs": static_configs,
             }
         ],
     }
@@ -104,6 +111,7 @@ def running_prometheus(
     extra_labels: Mapping[str, str] | None = None,
     rule_files: Sequence[Path] = (),
     timeout_s: float = 60.0,
+    target_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[Prometheus]:
     """Start Prometheus scraping ``targets`` (``host:port``); wait until every target is up."""
     binary = prometheus_binary()
@@ -114,6 +122,7 @@ def running_prometheus(
         scrape_interval_s=scrape_interval_s,
         extra_labels=extra_labels or {},
         rule_files=rule_files,
+        target_labels=target_labels,
     )
     port = free_port()
     log_path = root / "prometheus.log"

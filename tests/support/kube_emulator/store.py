@@ -93,6 +93,10 @@ class Store:
     def __init__(self, types: list[ResourceType]) -> None:
         self.types: dict[tuple[str, str, str], ResourceType] = {t.key: t for t in types}
         self.records: dict[tuple[tuple[str, str, str], str | None, str], Record] = {}
+        # The same records per resource type, so a list never scans other kinds.
+        self.by_type: dict[tuple[str, str, str], dict[tuple[str | None, str], Record]] = (
+            collections.defaultdict(dict)
+        )
         self.resource_version = 0
         self.history: dict[tuple[str, str, str], collections.deque[tuple[int, dict[str, Any]]]] = (
             collections.defaultdict(lambda: collections.deque(maxlen=HISTORY_LIMIT))
@@ -124,9 +128,8 @@ class Store:
         fields_match = parse_field_selector(field_selector)
         items = [
             self.render(rtype, record)
-            for (key, ns, _), record in sorted(self.records.items(), key=lambda kv: kv[0][1:])
-            if key == rtype.key
-            and (namespace is None or ns == namespace)
+            for (ns, _), record in sorted(self.by_type[rtype.key].items())
+            if (namespace is None or ns == namespace)
             and labels_match(record.obj["metadata"].get("labels") or {})
             and fields_match(record.obj)
         ]
@@ -179,6 +182,7 @@ class Store:
         record = Record(obj=obj)
         patching.record_update(record.owners, {}, obj, manager)
         self.records[(rtype.key, namespace, name)] = record
+        self.by_type[rtype.key][(namespace, name)] = record
         self._commit(rtype, record, "ADDED")
         return self.render(rtype, record)
 
@@ -368,6 +372,7 @@ class Store:
     def _remove(self, rtype: ResourceType, record: Record) -> dict[str, Any]:
         meta = record.obj["metadata"]
         del self.records[(rtype.key, meta.get("namespace"), meta["name"])]
+        del self.by_type[rtype.key][(meta.get("namespace"), meta["name"])]
         self._commit(rtype, record, "DELETED")
         self._collect_dependents(meta["uid"])
         return self.render(rtype, record)

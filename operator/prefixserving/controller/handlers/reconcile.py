@@ -170,7 +170,7 @@ def desired_children(kube: Kube, resource: PrefixServing, outcome: Outcome) -> l
             "the custom metrics API (custom.metrics.k8s.io/v1beta1) is not served, so the HPA "
             "cannot read vLLM metrics. Install prometheus-adapter with the chart's rules "
             "(helm upgrade <release> prefixserving/prefixserving-operator --set "
-            "prometheusAdapter.rules.enabled=true) or set autoscaling.backend: keda."
+            "prometheusAdapterRules.enabled=true) or set autoscaling.backend: keda."
         )
     return served
 
@@ -321,11 +321,13 @@ def delete_children(kube: Kube, body: Mapping[str, Any]) -> list[str]:
 def repair(kube: Kube, event_type: str, child: Mapping[str, Any]) -> list[str]:
     """Drift repair for one child event: when a child of a live PrefixServing was deleted or
     no longer contains what the operator renders, re-apply that resource's children.
+    ``event_type`` is the watch event (``LISTED`` for the listing at operator start-up, which
+    catches edits made while the operator was down); ``ADDED`` is skipped.
     Returns the drifted paths (empty when nothing was done)."""
     meta = child["metadata"]
     owner_name = (meta.get("labels") or {}).get(constants.LABEL_INSTANCE)
-    if not owner_name:
-        return []
+    if not owner_name or event_type == "ADDED":
+        return []  # a new child is the operator's own apply: nothing to repair
     owner = kube.get(PREFIX_SERVING, meta["namespace"], owner_name)
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return []

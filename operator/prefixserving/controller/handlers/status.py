@@ -10,8 +10,8 @@ current generation was judged invalid, so ``InvalidSpec`` stays visible.
 ``MetricsAvailable`` condition. A missing or slow Prometheus only flips that condition (old
 figures stay, their ``asOf`` shows their age); nothing else in the status changes.
 
-Cost per call: two Deployment GETs and one pod list (refresh); three PromQL queries bounded by
-the timeout (refresh_metrics); one or two status requests each.
+Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); three PromQL
+queries bounded by the timeout (refresh_metrics); one or two status requests each.
 """
 
 from __future__ import annotations
@@ -91,15 +91,17 @@ def _pod_counts(pods: list[dict[str, Any]]) -> tuple[int, int]:
     return ready, warm
 
 
-def observe(kube: Kube, namespace: str, name: str) -> Observation:
+def observe(kube: Kube, namespace: str, name: str, warmup: bool) -> Observation:
+    """Read the Deployments; with warm-up on, also the engine pods (without warm-up a pod is
+    Ready exactly when its engine is, so the Deployment's count says it all)."""
     engine = DeploymentState.of(kube.get(DEPLOYMENT, namespace, names.engine_deployment(name)))
     router = DeploymentState.of(kube.get(DEPLOYMENT, namespace, names.router_deployment(name)))
-    selector = ",".join(f"{k}={v}" for k, v in names.engine_selector(name).items())
-    pods = kube.list(POD, namespace, selector)
-    if pods:
-        ready, warm = _pod_counts(pods)
-    else:  # no pod visibility (or none yet): the Deployment's count is all there is
-        ready = warm = engine.ready
+    ready = warm = engine.ready
+    if warmup:
+        selector = ",".join(f"{k}={v}" for k, v in names.engine_selector(name).items())
+        pods = kube.list(POD, namespace, selector)
+        if pods:
+            ready, warm = _pod_counts(pods)
     return Observation(engine=engine, router=router, engine_container_ready=ready, warm=warm)
 
 
@@ -154,7 +156,8 @@ def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
     status = body.get("status") or {}
     if _judged_invalid(body) or status.get("observedGeneration") is None:
         return None  # invalid, or not reconciled yet: nothing to judge
-    observation = observe(kube, meta["namespace"], meta["name"])
+    warmup = bool(((body.get("spec") or {}).get("warmup") or {}).get("enabled"))
+    observation = observe(kube, meta["namespace"], meta["name"], warmup)
     updates = judge(observation)
     if status.get("observedGeneration") != meta.get("generation"):
         updates = [u for u in updates if u.type != constants.COND_PROGRESSING]

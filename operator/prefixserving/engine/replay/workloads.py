@@ -17,7 +17,8 @@ segments:
 The KV cache of each workload is sized from its *distinct shared blocks* (blocks of the
 chosen block size that belong to a prefix two or more requests share):
 ``num_blocks = max(cache_fraction * shared_blocks, 2 * longest request)``; a workload with no
-sharing (``cache_fraction=None``) gets room for ``MIN_BATCH`` average requests.
+sharing (``cache_fraction=None``) gets room for ``MIN_BATCH`` average requests; a base engine
+shape with ``num_blocks > 0`` fixes the size instead.
 
 The *ideal hit rate* is what an unbounded cache gives when every prefix is computed once:
 for each request, the leading full blocks that an earlier request already had.
@@ -259,7 +260,9 @@ def _assemble(
     mean_blocks = sum(math.ceil((p + o) / block) for p, (_, o) in zip(prompt_lens, prompts))
     mean_blocks = mean_blocks / max(1, len(prompts))
     longest = max(math.ceil((p + o) / block) for p, (_, o) in zip(prompt_lens, prompts))
-    if cache_fraction is None:
+    if base.num_blocks > 0:
+        wanted = base.num_blocks - 1
+    elif cache_fraction is None:
         wanted = math.ceil(MIN_BATCH * mean_blocks)
     else:
         wanted = round(cache_fraction * shared_blocks)

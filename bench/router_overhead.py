@@ -1,0 +1,444 @@
+"""Proxy overhead of the prefix router (issue 5, benchmark 3).
+
+Setup, all on loopback:
+
+- a fast fake engine (a bare asyncio HTTP/1.1 responder in its own process): a streamed
+  completion sends ``--chunks`` server-sent events ``--chunk-interval-ms`` apart (a 40 token/s
+  stream by default), a non-streamed one answers a fixed JSON body at once;
+- the router (``prefixserving router``, policy ``prefix-affinity``), pinned to one core with
+  ``taskset``;
+- a load generator (aiohttp) holding ``C`` concurrent streams, each a loop of streamed
+  completions with text prompts that share 1 KiB prefixes in 16 groups.
+
+Added latency: each concurrency level runs twice against the fake engine directly and twice
+through the router, alternating (direct, routed, direct, routed); the time to the first chunk
+(TTFB) is pooled per mode, and the added latency at a percentile is routed minus direct at
+that percentile. The router's own ``prefixserving_router_added_latency_seconds`` histogram
+(time spent in the router before the upstream request and after the first upstream byte) is
+reported next to it. Maximum requests per second: non-streamed completions from 64
+concurrent clients through the router on one core.
+
+The fake engine and the load generator share the other core, so on a 2-core machine the
+client side can limit the rates; the report says when the router was not the bottleneck.
+
+Run: ``.venv/bin/python bench/router_overhead.py`` (about 2 minutes).
+Writes ``bench/results/router-overhead.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import click
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+ROUTER_CORE = 0
+CLIENT_CORE = 1
+GOAL_P99_MS = 2.0
+
+# --- The fake engine --------------------------------------------------------------------------
+
+_JSON_BODY = json.dumps(
+    {"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, "text": "ok"}]}
+).encode()
+_JSON_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+    + str(len(_JSON_BODY)).encode()
+    + b"\r\n\r\n"
+)
+_STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+_METRICS = (
+    b'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n'
+    b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.0\n'
+)
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+class FakeEngineProtocol(asyncio.Protocol):
+    """A minimal HTTP/1.1 server: keep-alive, Content-Length bodies, no pipelining."""
+
+    chunks = 16
+    interval_s = 0.025
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.busy:
+            return
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buffer[:end].decode("latin-1")
+        length = 0
+        for line in head.split("\r\n")[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        if len(self.buffer) < end + 4 + length:
+            return
+        body = self.buffer[end + 4 : end + 4 + length]
+        self.buffer = self.buffer[end + 4 + length :]
+        path = head.split(" ", 2)[1]
+        self.respond(path, body)
+
+    def respond(self, path: str, body: bytes) -> None:
+        assert self.transport is not None
+        if path.startswith(("/metrics", "/health")):
+            text = _METRICS if path.startswith("/metrics") else b""
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(text)).encode() + b"\r\n\r\n"
+            )
+            self.transport.write(text)
+        elif b'"stream": true' in body or b'"stream":true' in body:
+            self.busy = True
+            asyncio.get_running_loop().create_task(self.stream())
+        else:
+            self.transport.write(_JSON_HEAD + _JSON_BODY)
+
+    async def stream(self) -> None:
+        assert self.transport is not None
+        self.transport.write(_STREAM_HEAD + _chunk(b'data: {"i": 0}\n\n'))
+        for i in range(1, self.chunks):
+            await asyncio.sleep(self.interval_s)
+            if self.transport.is_closing():
+                return
+            self.transport.write(_chunk(b'data: {"i": %d}\n\n' % i))
+        self.transport.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        self.busy = False
+        if self.buffer:
+            self.data_received(b"")
+
+
+async def _serve_fake_engine(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(
+        FakeEngineProtocol, "127.0.0.1", port, backlog=4096
+    )
+    async with server:
+        await server.serve_forever()
+
+
+# --- Processes --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def process(command: list[str], core: int) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        ["taskset", "-c", str(core), *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- Load -------------------------------------------------------------------------------------
+
+
+def prompt(i: int) -> str:
+    group = i % 16
+    return f"Group {group:02d} manual. " + "Shared reference text. " * 44 + f"Question {i}?"
+
+
+@dataclass
+class Phase:
+    ttfb_s: list[float]
+    requests: int
+    errors: int
+    elapsed_s: float
+
+
+async def run_load(base: str, concurrency: int, duration_s: float, stream: bool) -> Phase:
+    """``concurrency`` clients, each sending requests back to back for ``duration_s``."""
+    ttfb: list[float] = []
+    counts = {"requests": 0, "errors": 0}
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        stop_at = time.perf_counter() + duration_s
+
+        async def client(worker: int) -> None:
+            i = worker
+            while time.perf_counter() < stop_at:
+                body = {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
+                i += concurrency
+                started = time.perf_counter()
+                try:
+                    async with session.post(f"{base}/v1/completions", json=body) as response:
+                        first = True
+                        async for _ in response.content.iter_any():
+                            if first:
+                                ttfb.append(time.perf_counter() - started)
+                                first = False
+                        if response.status != 200:
+                            counts["errors"] += 1
+                except (aiohttp.ClientError, TimeoutError):
+                    counts["errors"] += 1
+                counts["requests"] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(w) for w in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return Phase(ttfb, counts["requests"], counts["errors"], elapsed)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
+    """p50/p99 (upper bucket bound) of a Prometheus histogram, in ms, and its count."""
+    buckets: list[tuple[float, float]] = []
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                buckets.append((float(sample.labels["le"]), sample.value))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+    out = {"count": total}
+    for q in (50, 99):
+        bound = next((le for le, c in buckets if c >= total * q / 100), float("inf"))
+        out[f"p{q}_ms_at_most"] = bound * 1000
+    return out
+
+
+def machine() -> dict[str, object]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+        "other_jobs_running": os.getloadavg()[0] > 0.5,
+    }
+
+
+async def measure(
+    engine: str, router: str, router_pid: int, duration_s: float
+) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for concurrency in (50, 200):
+        pooled: dict[str, Phase] = {}
+        router_cpu_s = 0.0
+        for _ in range(2):
+            for mode, base in (("direct", engine), ("routed", router)):
+                cpu_before = cpu_seconds(router_pid)
+                phase = await run_load(base, concurrency, duration_s, stream=True)
+                if mode == "routed":
+                    router_cpu_s += cpu_seconds(router_pid) - cpu_before
+                if mode in pooled:
+                    prior = pooled[mode]
+                    phase = Phase(
+                        prior.ttfb_s + phase.ttfb_s,
+                        prior.requests + phase.requests,
+                        prior.errors + phase.errors,
+                        prior.elapsed_s + phase.elapsed_s,
+                    )
+                pooled[mode] = phase
+        row: dict[str, object] = {}
+        for mode, phase in pooled.items():
+            row[mode] = {
+                "requests": phase.requests,
+                "errors": phase.errors,
+                "req_per_s": phase.requests / phase.elapsed_s,
+                "ttfb_p50_ms": percentile(phase.ttfb_s, 50) * 1000,
+                "ttfb_p99_ms": percentile(phase.ttfb_s, 99) * 1000,
+            }
+        for q in (50, 99):
+            key = f"ttfb_p{q}_ms"
+            row[f"added_p{q}_ms"] = row["routed"][key] - row["direct"][key]  # type: ignore[index]
+        row["router_cpu_ms_per_request"] = router_cpu_s / max(pooled["routed"].requests, 1) * 1000
+        out[str(concurrency)] = row
+    metrics = httpx.get(f"{router}/metrics", timeout=5).text
+    out["router_histogram"] = histogram_quantiles(
+        metrics, "prefixserving_router_added_latency_seconds"
+    )
+    throughput: dict[str, dict[str, float]] = {}
+    for mode, base in (("direct", engine), ("routed", router)):
+        cpu_before = cpu_seconds(router_pid)
+        phase = await run_load(base, 64, duration_s, stream=False)
+        throughput[mode] = {
+            "requests": phase.requests,
+            "errors": phase.errors,
+            "req_per_s": phase.requests / phase.elapsed_s,
+        }
+    cpu_ms = (cpu_seconds(router_pid) - cpu_before) / max(phase.requests, 1) * 1000
+    throughput["routed"]["router_cpu_ms_per_request"] = cpu_ms
+    throughput["routed"]["req_per_s_per_busy_core"] = 1000 / cpu_ms if cpu_ms else float("nan")
+    out["max_throughput_64_clients"] = throughput
+    return out
+
+
+def write_markdown(result: dict, path: Path) -> None:
+    m = result["machine"]
+    lines = [
+        "# Router proxy overhead",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu_model']}; load average at start "
+        f"{m['load_average_at_start'][0]:.1f} (other jobs were running: "
+        f"{'yes' if m['other_jobs_running'] else 'no'}). Router pinned to core {ROUTER_CORE}; "
+        f"fake engine and load generator share core {CLIENT_CORE}.",
+        f"Streams: {result['params']['chunks']} chunks, {result['params']['chunk_interval_ms']} ms "
+        f"apart; {result['params']['duration_s']} s per phase, direct and routed alternated twice.",
+        "",
+        "| concurrent streams | direct TTFB p50 / p99 (ms) | routed TTFB p50 / p99 (ms) "
+        "| added p50 / p99 (ms) | routed req/s | router CPU per request (ms) | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in ("50", "200"):
+        row = result["results"][c]
+        d, r = row["direct"], row["routed"]
+        lines.append(
+            f"| {c} | {d['ttfb_p50_ms']:.2f} / {d['ttfb_p99_ms']:.2f} "
+            f"| {r['ttfb_p50_ms']:.2f} / {r['ttfb_p99_ms']:.2f} "
+            f"| {row['added_p50_ms']:.2f} / {row['added_p99_ms']:.2f} "
+            f"| {r['req_per_s']:.0f} | {row['router_cpu_ms_per_request']:.2f} | {r['errors']} |"
+        )
+    h = result["results"]["router_histogram"]
+    t = result["results"]["max_throughput_64_clients"]
+    goal = result["goal_met"]
+    lines += [
+        "",
+        f"Router's own added-latency histogram over all streamed requests: p50 <= "
+        f"{h['p50_ms_at_most']:.2f} ms, p99 <= {h['p99_ms_at_most']:.2f} ms "
+        f"({int(h['count'])} requests).",
+        "",
+        f"Maximum rate, non-streamed, 64 clients: routed {t['routed']['req_per_s']:.0f} req/s "
+        f"(router on one core), direct {t['direct']['req_per_s']:.0f} req/s "
+        f"({t['routed']['errors']} errors routed). The router used "
+        f"{t['routed']['router_cpu_ms_per_request']:.2f} ms of CPU per request, i.e. about "
+        f"{t['routed']['req_per_s_per_busy_core']:.0f} req/s on a core of its own.",
+        "",
+        f"Goal p99 added latency <= {GOAL_P99_MS} ms at 200 concurrent streams: "
+        f"**{'met' if goal else 'not met'}** (client-measured added p99 "
+        f"{result['results']['200']['added_p99_ms']:.2f} ms).",
+        "",
+        "Reproduce: `.venv/bin/python bench/router_overhead.py`.",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--duration-s", type=float, default=6.0, show_default=True)
+@click.option("--chunks", type=int, default=16, show_default=True)
+@click.option("--chunk-interval-ms", type=float, default=25.0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+@click.pass_context
+def main(
+    ctx: click.Context, duration_s: float, chunks: int, chunk_interval_ms: float, out: Path
+) -> None:
+    """Measure the router's added latency and its maximum request rate on one core."""
+    if ctx.invoked_subcommand is not None:
+        return
+    engine_port, router_port = free_port(), free_port()
+    engine = f"http://127.0.0.1:{engine_port}"
+    router = f"http://127.0.0.1:{router_port}"
+    fake = [sys.executable, __file__, "engine", "--port", str(engine_port)]
+    fake += ["--chunks", str(chunks), "--chunk-interval-ms", str(chunk_interval_ms)]
+    router_cmd = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
+    router_cmd += ["--port", str(router_port), "--backend", engine, "--model", "m"]
+    start = machine()
+    with process(fake, CLIENT_CORE), process(router_cmd, ROUTER_CORE) as router_proc:
+        wait_http(f"{engine}/health")
+        wait_http(f"{router}/readyz")
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        results = asyncio.run(measure(engine, router, router_proc.pid, duration_s))
+    start["load_average_at_end"] = os.getloadavg()
+    result = {
+        "machine": start,
+        "params": {
+            "duration_s": duration_s,
+            "chunks": chunks,
+            "chunk_interval_ms": chunk_interval_ms,
+            "policy": "prefix-affinity",
+        },
+        "results": results,
+        "goal_met": results["200"]["added_p99_ms"] <= GOAL_P99_MS,  # type: ignore[index]
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "router-overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_markdown(result, out / "router-overhead.md")
+    click.echo((out / "router-overhead.md").read_text())
+
+
+@main.command("engine")
+@click.option("--port", type=int, required=True)
+@click.option("--chunks", type=int, default=16)
+@click.option("--chunk-interval-ms", type=float, default=25.0)
+def engine_command(port: int, chunks: int, chunk_interval_ms: float) -> None:
+    """Run the fast fake engine (started by the benchmark itself)."""
+    FakeEngineProtocol.chunks = chunks
+    FakeEngineProtocol.interval_s = chunk_interval_ms / 1000
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve_fake_engine(port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Scheduler CPU time per step with many waiting requests, against stock vLLM.
+
+For each queue depth N (default 100, 1,000 and 10,000) and each policy:
+
+1. build the scheduler with a cache that holds the running set, fill the waiting queue with
+   N requests of shared-prefix groups (``GROUP_SIZE`` prompts per group, ``PREFIX_TOKENS``
+   shared + ``QUESTION_TOKENS`` own tokens, ``OUTPUT_TOKENS`` outputs);
+2. run ``WARMUP_STEPS`` steps, then ``steps`` measured steps; after every step, top the queue
+   back up to N (so every measured step sees N waiting);
+3. measure CPU time (``time.process_time``) of everything the engine calls on the scheduler
+   per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``.
+
+The reported figure is the mean CPU milliseconds per step (best of ``repeats``, to damp
+noise from other processes), and its ratio to stock FCFS at the same N.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from prefixserving.engine.replay.engine import EngineShape, build_scheduler
+from prefixserving.engine.replay.harness import _fabricate, _request_factory
+from prefixserving.engine.replay.workloads import NS_QUESTION, NS_SYSTEM, ReplayRequest
+
+GROUP_SIZE = 16
+PREFIX_TOKENS = 1024
+QUESTION_TOKENS = 64
+OUTPUT_TOKENS = 16
+WARMUP_STEPS = 5
+ENGINE = EngineShape(num_blocks=8192, block_size=64, max_num_seqs=256)
+
+
+def measure(
+    scheduler_cls: type[Scheduler], waiting: int, *, steps: int = 30, repeats: int = 3
+) -> dict[str, Any]:
+    """CPU ms per step of ``scheduler_cls`` with ``waiting`` requests queued (module doc)."""
+    best: dict[str, float] | None = None
+    for _ in range(repeats):
+        result = _one_pass(scheduler_cls, waiting, steps)
+        if best is None or result["total_ms"] < best["total_ms"]:
+            best = result
+    assert best is not None
+    return {"waiting": waiting, "steps": steps, **{k: round(v, 4) for k, v in best.items()}}
+
+
+def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[str, float]:
+    scheduler = build_scheduler(scheduler_cls, ENGINE)
+    if hasattr(scheduler, "use_clock"):
+        scheduler.use_clock(time.monotonic)
+    make = _request_factory(ENGINE)
+    counter = 0
+
+    def top_up() -> None:
+        nonlocal counter
+        while len(scheduler.waiting) < waiting:
+            scheduler.add_request(make(_request(counter)))
+            counter += 1
+
+    top_up()
+    totals = {"schedule_ms": 0.0, "update_ms": 0.0, "add_ms": 0.0}
+    for step in range(WARMUP_STEPS + steps):
+        measured = step >= WARMUP_STEPS
+        t0 = time.process_time()
+        output = scheduler.schedule()
+        t1 = time.process_time()
+        scheduler.update_from_output(output, _fabricate(output, scheduler))
+        t2 = time.process_time()
+        top_up()
+        t3 = time.process_time()
+        if measured:
+            totals["schedule_ms"] += 1000 * (t1 - t0)
+            totals["update_ms"] += 1000 * (t2 - t1)
+            totals["add_ms"] += 1000 * (t3 - t2)
+    per_step = {k: v / steps for k, v in totals.items()}
+    per_step["total_ms"] = sum(per_step.values())
+    return per_step
+
+
+def _request(i: int) -> ReplayRequest:
+    group = i // GROUP_SIZE
+    return ReplayRequest(
+        request_id=f"overhead-{i}",
+        arrival_s=0.0,
+        segments=(((NS_SYSTEM, 99, group), PREFIX_TOKENS), ((NS_QUESTION, 99, i), QUESTION_TOKENS)),
+        output_tokens=OUTPUT_TOKENS,
+        shares_prefix=True,
+    )

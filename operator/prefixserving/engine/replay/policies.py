@@ -1,0 +1,37 @@
+"""The policies the replay compares: name -> scheduler class (imported when first used).
+
+``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
+(:class:`prefixserving.engine.vllm.PeekScheduler`), the others are the baselines in
+:mod:`prefixserving.engine.replay.baselines`. Every class has ``Scheduler``'s constructor.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from prefixserving import constants
+
+BASELINE = "fcfs"
+
+POLICIES: dict[str, str] = {
+    "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",
+    "peek": constants.PEEK_SCHEDULER_CLS.replace(".PeekScheduler", ":PeekScheduler"),
+    "sglang_lpm": "prefixserving.engine.replay.baselines.sglang_lpm:SglangLpmScheduler",
+    "trtllm_defer": "prefixserving.engine.replay.baselines.trtllm_defer:TrtllmDeferScheduler",
+    "queue_lru": "prefixserving.engine.replay.baselines.queue_lru:QueueInformedLruScheduler",
+}
+
+
+def scheduler_class(name: str) -> type[Scheduler]:
+    """The scheduler class of policy ``name``; ``KeyError`` names the known policies."""
+    try:
+        target = POLICIES[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    module_name, attribute = target.split(":")
+    cls = getattr(importlib.import_module(module_name), attribute)
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise TypeError(f"{target} is not a vLLM Scheduler subclass")
+    return cls

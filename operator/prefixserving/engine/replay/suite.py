@@ -1,0 +1,173 @@
+"""The standard workloads of the replay benchmark (issue: "Replay benchmark on the real vLLM
+scheduler"), built deterministically from a seed and the traces in ``../shared/traces``.
+
+| name             | what                                                                   |
+|------------------|------------------------------------------------------------------------|
+| gsp-q25          | (1) SGLang generated-shared-prefix: 64 groups x 16 prompts, 2048-token |
+|                  | system prompt, 128-token question, 256 output; cache = 1/4 of the      |
+|                  | distinct prefixes; Poisson arrivals at 0.9 x estimated capacity        |
+| gsp-cold-q25     | (1) the same plus 1 cold (shares nothing) request per 8 shared ones    |
+| gsp-cold-full    | (1) with cold requests; the cache holds every prefix                   |
+| gsp-chunked      | (2) gsp-cold with ``long_prefill_token_threshold`` 512, cache 1/2      |
+| docs             | (3) 16 shared 12,288-token documents x 8 questions, step budget 8,192  |
+| mooncake-1x/4x/16x | (4) Mooncake trace, offered load 0.5 at 1x, then compressed 4x, 16x  |
+| azure-code       | (5) no-sharing control from the Azure code trace, load 0.8             |
+
+``scale`` (0 < scale <= 1) shrinks every workload proportionally (groups, documents, trace
+rows) so smaller runs keep the same shape; 1.0 is the issue's size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from prefixserving.engine.replay import workloads
+from prefixserving.engine.replay.cost import CostModel
+from prefixserving.engine.replay.engine import EngineShape
+from prefixserving.engine.replay.workloads import Workload
+
+TRACES_ENV = "PREFIXSERVING_TRACES"
+MOONCAKE_FILE = "mooncake-synthetic.jsonl"
+AZURE_CODE_FILE = "azure-code-2023.csv"
+# Trace rows at scale 1.0 (the Mooncake file has 3,993; the Azure code one 8,818).
+MOONCAKE_ROWS = 1000
+AZURE_ROWS = 2000
+
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What every builder gets: the cost model (arrival rates), the base engine shape (a
+    ``num_blocks`` > 0 there fixes the cache size), the seed, the scale, the traces folder
+    and an optional cache fraction that replaces each workload's own."""
+
+    cost: CostModel
+    base: EngineShape
+    seed: int = 0
+    scale: float = 1.0
+    traces: Path = Path(".")
+    cache_fraction: float | None = None
+
+    def fraction(self, default: float) -> float:
+        return default if self.cache_fraction is None else self.cache_fraction
+
+
+Builder = Callable[[BuildContext], Workload]
+
+
+def traces_dir() -> Path:
+    """``$PREFIXSERVING_TRACES`` or ``../shared/traces`` beside the repository."""
+    default = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces"
+    return Path(os.environ.get(TRACES_ENV, default)).resolve()
+
+
+def _n(value: int, scale: float, minimum: int = 1) -> int:
+    return max(minimum, math.ceil(value * scale))
+
+
+def _gsp(
+    name: str, *, cold: bool, cache_fraction: float, threshold: int = 0
+) -> Builder:
+    def build(ctx: BuildContext) -> Workload:
+        groups = _n(64, ctx.scale, 2)
+        fraction = ctx.fraction(cache_fraction)
+        return workloads.gsp(
+            name=name,
+            description=(
+                f"{groups} groups x 16 prompts (2048 shared + 128 tokens, 256 out)"
+                + (f", {groups * 2} cold" if cold else "")
+                + f", cache {fraction:g} of prefixes"
+                + (f", long_prefill_token_threshold {threshold}" if threshold else "")
+            ),
+            cost=ctx.cost,
+            base=replace(ctx.base, long_prefill_token_threshold=threshold),
+            seed=ctx.seed,
+            groups=groups,
+            cold_requests=groups * 2 if cold else 0,
+            cache_fraction=fraction,
+        )
+
+    return build
+
+
+def _docs(ctx: BuildContext) -> Workload:
+    docs = _n(16, ctx.scale, 2)
+    fraction = ctx.fraction(0.5)
+    return workloads.gsp(
+        name="docs",
+        description=f"{docs} documents x 8 questions (12288 shared + 128 tokens, 64 out), "
+        f"{docs} cold, budget 8192, cache {fraction:g} of documents",
+        cost=ctx.cost,
+        base=replace(ctx.base, max_num_batched_tokens=8192),
+        seed=ctx.seed,
+        groups=docs,
+        prompts_per_group=8,
+        system_tokens=12288,
+        question_tokens=128,
+        output_tokens=64,
+        cold_requests=docs,
+        cache_fraction=fraction,
+    )
+
+
+def _mooncake(speed: float) -> Builder:
+    def build(ctx: BuildContext) -> Workload:
+        rows = _n(MOONCAKE_ROWS, ctx.scale, 20)
+        fraction = ctx.fraction(0.25)
+        return workloads.mooncake(
+            ctx.traces / MOONCAKE_FILE,
+            name=f"mooncake-{speed:g}x",
+            description=f"first {rows} rows, load 0.5 at 1x, time compressed {speed:g}x, "
+            f"cache {fraction:g} of shared blocks",
+            cost=ctx.cost,
+            base=ctx.base,
+            time_scale=speed,
+            limit=rows,
+            cache_fraction=fraction,
+            seed=ctx.seed,
+        )
+
+    return build
+
+
+def _azure(ctx: BuildContext) -> Workload:
+    rows = _n(AZURE_ROWS, ctx.scale, 20)
+    return workloads.azure(
+        ctx.traces / AZURE_CODE_FILE,
+        name="azure-code",
+        description=f"first {rows} rows, unique prompts (no sharing), load 0.8",
+        cost=ctx.cost,
+        base=ctx.base,
+        limit=rows,
+        seed=ctx.seed,
+    )
+
+
+STANDARD: dict[str, Builder] = {
+    "gsp-q25": _gsp("gsp-q25", cold=False, cache_fraction=0.25),
+    "gsp-cold-q25": _gsp("gsp-cold-q25", cold=True, cache_fraction=0.25),
+    "gsp-cold-full": _gsp("gsp-cold-full", cold=True, cache_fraction=1.0),
+    "gsp-chunked": _gsp("gsp-chunked", cold=True, cache_fraction=0.5, threshold=512),
+    "docs": _docs,
+    "mooncake-1x": _mooncake(1.0),
+    "mooncake-4x": _mooncake(4.0),
+    "mooncake-16x": _mooncake(16.0),
+    "azure-code": _azure,
+}
+# Workloads built for sharing (the hit-rate and TTFT p50 goals apply) and the control.
+SHARING = tuple(name for name in STANDARD if name != "azure-code")
+CONTROL = ("azure-code",)
+
+
+def build(names: Sequence[str], ctx: BuildContext) -> list[Workload]:
+    """Build the named standard workloads; ``KeyError`` lists the known names."""
+    if not 0 < ctx.scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {ctx.scale}")
+    unknown = [n for n in names if n not in STANDARD]
+    if unknown:
+        raise KeyError(f"unknown workload(s) {unknown}; known: {', '.join(STANDARD)}")
+    return [STANDARD[n](ctx) for n in names]

@@ -1,0 +1,143 @@
+"""``cluster.json`` and ``cluster.md`` from the cluster benchmark's rows and verdicts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from prefixserving.sim.cluster_bench import (
+    BALANCE_GOAL,
+    BALANCE_TOLERANCE,
+    CHALLENGER,
+    HIT_GOAL,
+    OURS,
+    RunRow,
+    Verdict,
+)
+
+
+def write_results(
+    out_dir: Path, rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
+) -> tuple[Path, Path]:
+    """Write ``cluster.json`` and ``cluster.md`` into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        **meta,
+        "rows": [asdict(r) for r in rows],
+        "verdicts": [{**asdict(v), "met": v.met} for v in verdicts],
+    }
+    json_path, md_path = out_dir / "cluster.json", out_dir / "cluster.md"
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    md_path.write_text(render_markdown(rows, verdicts, meta))
+    return json_path, md_path
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _spilled(row: RunRow) -> str:
+    total = sum(row.decisions.values())
+    moved = row.decisions.get("spilled", 0) + row.decisions.get("fallback", 0)
+    return _pct(moved / total) if total else "-"
+
+
+def render_markdown(
+    rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
+) -> str:
+    lines = [
+        "# Cluster routing simulation",
+        "",
+        f"Command: `{meta['command']}`",
+        f"Machine: {meta['machine']} (a deterministic simulation: figures do not depend on it;"
+        f" wall time {meta['wall_s']:.0f} s{meta.get('load_note', '')}).",
+        f"Replica model: {meta['service']}.",
+        "Fleet sizing per workload and N: cache blocks per replica = ceil(1.25 x distinct blocks"
+        " / N); time scale = compression that keeps prefill servers "
+        f"{_pct(meta['utilization'])} busy at the ideal hit rate (explicit values override).",
+        "Hit rate: share of prompt tokens served from cache; ideal: one unbounded cache."
+        " Max/mean: requests per replica (prefill seconds per replica in brackets)."
+        " Moved: requests not sent to the policy's first choice (spilled or fallback).",
+        "",
+    ]
+    for workload in dict.fromkeys(r.workload for r in rows):
+        subset = [r for r in rows if r.workload == workload]
+        lines += [
+            f"## {workload} (ideal hit rate {_pct(subset[0].ideal_hit_rate)})",
+            "",
+            "| N | routers | policy | hit rate | of ideal | max/mean | TTFT p50 | TTFT p99 "
+            "| moved | time scale | cache blocks |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in subset:
+            name = f"**{r.policy}**" if r.policy == OURS else r.policy
+            lines.append(
+                f"| {r.replicas} | {r.routers} | {name} | {_pct(r.hit_rate)} | "
+                f"{_pct(r.hit_vs_ideal)} | {r.max_mean_requests:.2f} ({r.max_mean_prefill:.2f}) | "
+                f"{r.ttft_p50_s:.2f} s | {r.ttft_p99_s:.2f} s | {_spilled(r)} | "
+                f"{r.time_scale:.2f}x | {r.cache_blocks} |"
+            )
+        lines.append("")
+    lines += _goal_section(rows, verdicts)
+    lines += _two_choice_section(rows, verdicts)
+    return "\n".join(lines) + "\n"
+
+
+def _why(v: Verdict, ours: RunRow) -> str:
+    hit = f"hit {_pct(ours.hit_vs_ideal)} of ideal"
+    parts = [hit + ("" if v.hit_goal_met else f" (< {_pct(HIT_GOAL)}; {_spilled(ours)} moved)")]
+    balance = f"max/mean {ours.max_mean_requests:.2f}"
+    parts.append(balance + ("" if v.balance_goal_met else f" (> {BALANCE_GOAL})"))
+    if v.behind:
+        parts.append("behind " + ", ".join(v.behind))
+    return "; ".join(parts)
+
+
+def _goal_section(rows: Sequence[RunRow], verdicts: Sequence[Verdict]) -> list[str]:
+    lines = [
+        "## Goal: prefix-affinity",
+        "",
+        f"Per case: hit rate >= {_pct(HIT_GOAL)} of ideal; max/mean requests <= {BALANCE_GOAL};"
+        " no other policy with a higher hit rate at equal or better balance (ours counts as"
+        f" equal or better balanced when its max/mean is <= the other's or <= {BALANCE_GOAL}).",
+        "",
+        "| workload | N | routers | goal | why |",
+        "|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        ours = next(
+            r
+            for r in rows
+            if (r.workload, r.replicas, r.routers, r.policy)
+            == (v.workload, v.replicas, v.routers, OURS)
+        )
+        lines.append(
+            f"| {v.workload} | {v.replicas} | {v.routers} | {'met' if v.met else 'missed'} | "
+            f"{_why(v, ours)} |"
+        )
+    met = sum(v.met for v in verdicts)
+    lines += ["", f"Goal met in {met} of {len(verdicts)} cases.", ""]
+    return lines
+
+
+def _two_choice_section(rows: Sequence[RunRow], verdicts: Sequence[Verdict]) -> list[str]:
+    judged = [v for v in verdicts if v.two_choice_wins is not None]
+    if not judged:
+        return []
+    wins = sum(bool(v.two_choice_wins) for v in judged)
+    default = "two-choice" if wins > len(judged) / 2 else "prefix-affinity"
+    return [
+        "## Default algorithm: two-choice vs prefix-affinity",
+        "",
+        f"{CHALLENGER} beats {OURS} on hit rate at equal balance (max/mean within"
+        f" {BALANCE_TOLERANCE} or better) in {wins} of {len(judged)} cases."
+        f" Verdict (majority of cases): the default should be **{default}**.",
+        "",
+    ]
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "no"

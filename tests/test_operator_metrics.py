@@ -1,0 +1,166 @@
+"""status.metrics from a real Prometheus (Debian package) scraping exporters that serve vLLM's
+metric names with known values; with Prometheus stopped the reconcile still works and only the
+MetricsAvailable condition says why."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import prometheus_client
+import pytest
+
+from prefixserving import constants
+from prefixserving.controller import metrics
+from prefixserving.controller.kube import DEPLOYMENT
+from prefixserving.stack.prometheus import running_prometheus
+from support.operator_harness import Harness, resource, wait_for
+
+NAMESPACE, NAME = "t-metrics", "chat"
+POD = f"{NAME}-engine-7d9f8c6b5-x2k4p"  # what the Deployment's pods are called
+
+
+class Exporter:
+    """One fake engine: vLLM's series with fixed gauges and counters growing at a fixed ratio."""
+
+    def __init__(self, engine: str, kv_usage: float, waiting: float, hit_ratio: float) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        labels = {"engine": engine, "model_name": "tiny-llama"}
+        gauge = prometheus_client.Gauge
+        counter = prometheus_client.Counter
+        kv = gauge("vllm:kv_cache_usage_perc", "KV usage", list(labels), registry=self.registry)
+        kv.labels(**labels).set(kv_usage)
+        queue = gauge("vllm:num_requests_waiting", "waiting", list(labels), registry=self.registry)
+        queue.labels(**labels).set(waiting)
+        self.queries = counter(
+            "vllm:prefix_cache_queries", "q", list(labels), registry=self.registry
+        ).labels(**labels)
+        self.hits = counter(
+            "vllm:prefix_cache_hits", "h", list(labels), registry=self.registry
+        ).labels(**labels)
+        self.hit_ratio = hit_ratio
+        self.server, self.thread = prometheus_client.start_http_server(
+            0, "127.0.0.1", self.registry
+        )
+        self.address = f"127.0.0.1:{self.server.server_port}"
+
+    def tick(self, tokens: float) -> None:
+        self.queries.inc(tokens)
+        self.hits.inc(tokens * self.hit_ratio)
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    running = [Exporter("0", 0.5, 4, 0.75), Exporter("1", 0.3, 2, 0.25)]
+    stop = threading.Event()
+
+    def traffic() -> None:  # both engines see the same token rate; hit ratios 0.75 and 0.25
+        while not stop.wait(0.05):
+            for exporter in running:
+                exporter.tick(100)
+
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    yield running
+    stop.set()
+    thread.join()
+    for exporter in running:
+        exporter.close()
+
+
+def metrics_of(h: Harness) -> dict:
+    return (h.prefixserving(NAMESPACE, NAME).get("status") or {}).get("metrics") or {}
+
+
+@pytest.mark.slow
+def test_status_metrics_from_prometheus_then_prometheus_down(
+    exporters: list[Exporter], tmp_path: Path
+) -> None:
+    labels = {"namespace": NAMESPACE, "pod": POD}
+    with running_prometheus([e.address for e in exporters], extra_labels=labels) as prom:
+        harness = Harness(tmp_path, env={"PREFIXSERVING_PROMETHEUS_URL": prom.url})
+        try:
+            harness.start_operator()
+            harness.create(resource(NAME, NAMESPACE))
+            # Each engine's own hit ratio is exact at any time; the fleet's (0.75 and 0.25 at
+            # equal token rates: 0.5) converges as the 5m window fills with samples.
+            figures = wait_for(
+                lambda: (
+                    (m := metrics_of(harness)).get("hitRate") is not None
+                    and abs(m["hitRate"] - 0.5) < 0.03
+                    and m
+                ),
+                timeout_s=90,
+                what="status.metrics with the fleet hit rate",
+            )
+            assert figures["kvCacheUsage"] == pytest.approx(0.4, abs=1e-6)
+            assert figures["queueDepth"] == pytest.approx(3.0, abs=1e-6)
+            assert figures["asOf"]
+            available = harness.condition(NAMESPACE, NAME, constants.COND_METRICS)
+            assert available is not None and available["status"] == "True"
+
+            prom.stop()
+            down = wait_for(
+                lambda: (
+                    (c := harness.condition(NAMESPACE, NAME, constants.COND_METRICS))
+                    and c["status"] == "False"
+                    and c
+                ),
+                timeout_s=30,
+                what="MetricsAvailable=False",
+            )
+            assert down["reason"] == constants.REASON_PROMETHEUS_UNAVAILABLE
+            assert prom.url in down["message"]
+
+            # The reconcile is unaffected: a spec change still rolls out.
+            harness.patch_spec(NAMESPACE, NAME, {"replicas": 3})
+            wait_for(
+                lambda: (
+                    (harness.get(DEPLOYMENT, NAMESPACE, f"{NAME}-engine") or {})
+                    .get("spec", {})
+                    .get("replicas")
+                    == 3
+                ),
+                what="rollout with Prometheus down",
+            )
+            body = harness.prefixserving(NAMESPACE, NAME)
+            assert body["status"]["observedGeneration"] == body["metadata"]["generation"]
+            degraded = harness.condition(NAMESPACE, NAME, constants.COND_DEGRADED)
+            assert degraded is not None and degraded["status"] == "False"
+            assert metrics_of(harness)["kvCacheUsage"] == pytest.approx(0.4, abs=1e-6)
+        finally:
+            harness.close()
+
+
+class _Slow(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        time.sleep(3)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_slow_prometheus_is_reported_within_the_timeout() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(metrics.MetricsUnavailable, match=r"did not answer within 0\.5s"):
+            metrics.query(url, NAMESPACE, NAME, timeout_s=0.5)
+    finally:
+        server.shutdown()
+    assert time.monotonic() - started < 2.5
+
+
+def test_unreachable_prometheus_names_the_address() -> None:
+    with pytest.raises(metrics.MetricsUnavailable, match=r"127\.0\.0\.1:9 is unreachable"):
+        metrics.query("http://127.0.0.1:9", NAMESPACE, NAME, timeout_s=1)

@@ -1,0 +1,140 @@
+"""Backends: load parsing, passive ejection and probing back in, DNS discovery."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prefixserving.router.backends import (
+    BackendPool,
+    PoolConfig,
+    backend_url,
+    parse_load,
+    system_resolver,
+)
+from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from router_support import completion, fake_engines, metric_value, running_router
+
+
+def test_parse_load_reads_only_the_two_vllm_series() -> None:
+    text = (
+        "# HELP vllm:num_requests_waiting x\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 50.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75\n'
+        "vllm:num_requests_running 9\n"
+    )
+    assert parse_load(text) == (5.0, 0.75)
+    assert parse_load("") == (0.0, 0.0)
+
+
+def test_backend_url_brackets_ipv6() -> None:
+    assert backend_url("10.0.0.7", 8000) == "http://10.0.0.7:8000"
+    assert backend_url("fd00::7", 8000) == "http://[fd00::7]:8000"
+
+
+def test_ejection_backoff_doubles_and_traffic_success_resets_it() -> None:
+    now = [0.0]
+    ejected: list[str] = []
+    pool = BackendPool(
+        static=["http://a:1", "http://b:1"],
+        config=PoolConfig(eject_after_failures=2, eject_base_s=1.0, eject_max_s=3.0),
+        clock=lambda: now[0],
+        on_eject=ejected.append,
+    )
+    pool.record_failure("http://a:1")
+    assert pool.healthy() == ("http://a:1", "http://b:1")
+    pool.record_failure("http://a:1")
+    assert pool.healthy() == ("http://b:1",) and ejected == ["http://a:1"]
+    assert set(pool.loads()) == {"http://b:1"}
+    state = pool.state("http://a:1")
+    assert state is not None and state.ejected_until == 1.0
+    pool._eject(state)  # a failed probe
+    assert state.ejected_until == 2.0  # 1 s doubled
+    pool._eject(state)
+    assert state.ejected_until == 3.0  # capped at 3 s
+    with pytest.raises(ValueError, match="either"):
+        BackendPool(static=["http://a:1"], dns=("x", 1))
+
+
+async def test_failing_engine_is_ejected_then_probed_back_in() -> None:
+    pool_config = PoolConfig(
+        scrape_interval_s=0.05, eject_after_failures=2, eject_base_s=0.2, eject_max_s=0.4
+    )
+    async with fake_engines(2) as engines:
+        (sick, sick_url), (well, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy order
+        async with running_router([u for _, u in engines], pool_config=pool_config) as r:
+            sick.fail_next = 1000
+            sick.healthy = False
+            for i in range(2):  # each fails on the sick one, then succeeds on the retry
+                response = await r.client.post("/v1/completions", json=completion(f"p{i}"))
+                assert response.json()["backend"] == well.name
+            assert sick_url not in r.router.pool.healthy()
+            received = len(sick.received)
+            for i in range(5):  # ejected: no more traffic to it
+                response = await r.client.post("/v1/completions", json=completion(f"q{i}"))
+                assert response.json()["backend"] == well.name
+            assert len(sick.received) == received
+            await asyncio.sleep(0.6)  # probes while /health fails keep it out
+            assert sick_url not in r.router.pool.healthy()
+            text = (await r.client.get("/metrics")).text
+            assert metric_value(text, "prefixserving_router_ejections_total", backend=sick_url) >= 2
+            assert metric_value(text, "prefixserving_router_backend_healthy", backend=sick_url) == 0
+            sick.healthy = True
+            sick.fail_next = 0
+            for _ in range(40):
+                if sick_url in r.router.pool.healthy():
+                    break
+                await asyncio.sleep(0.05)
+            assert sick_url in r.router.pool.healthy()
+            response = await r.client.post("/v1/completions", json=completion("back"))
+            assert response.json()["backend"] == sick.name
+
+
+async def test_dns_discovery_follows_the_records() -> None:
+    # Two fake engines on the same port at two loopback addresses, like pods behind a
+    # headless Service.
+    first = FakeEngine(name="pod-a")
+    second = FakeEngine(name="pod-b")
+    async with serving(fake_engine_config(first, host="127.0.0.2")) as url_a:
+        port = int(url_a.rsplit(":", 1)[1])
+        async with serving(fake_engine_config(second, host="127.0.0.3", port=port)) as url_b:
+            records = {"engines.test": ["127.0.0.2"]}
+            asked: list[tuple[str, int]] = []
+
+            async def resolver(host: str, asked_port: int) -> list[str]:
+                asked.append((host, asked_port))
+                if host not in records:
+                    raise LookupError(host)
+                if records[host] == ["boom"]:
+                    raise OSError("resolver timed out")
+                return records[host]
+
+            async with running_router(dns=("engines.test", port), resolver=resolver) as r:
+                assert r.router.pool.healthy() == (url_a,)
+                assert (await r.client.post("/v1/completions", json=completion("x"))).json()[
+                    "backend"
+                ] == "pod-a"
+                records["engines.test"] = ["127.0.0.3", "127.0.0.2"]
+                await asyncio.sleep(0.2)
+                assert r.router.pool.healthy() == (url_a, url_b)
+                records["engines.test"] = ["boom"]  # resolver trouble: keep the last list
+                await asyncio.sleep(0.2)
+                assert r.router.pool.healthy() == (url_a, url_b)
+                records["engines.test"] = ["127.0.0.3"]  # pod-a is no longer Ready
+                await asyncio.sleep(0.2)
+                assert r.router.pool.healthy() == (url_b,)
+                del records["engines.test"]  # no Ready pod at all
+                await asyncio.sleep(0.2)
+                assert r.router.pool.healthy() == ()
+                assert (await r.client.get("/readyz")).status_code == 503
+            assert asked[0] == ("engines.test", port)
+
+
+async def test_system_resolver_and_missing_names() -> None:
+    assert "127.0.0.1" in await system_resolver("localhost", 80)
+    with pytest.raises(LookupError):
+        await system_resolver("no-such-name.invalid", 80)

@@ -1,0 +1,108 @@
+"""``prefixserving router``: flags, usage errors, and a real process answering on its port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from prefixserving.cli import main
+from prefixserving.router.cli import _JsonFormatter, log_config
+
+FLAGS = (
+    "--host", "--port", "--backend", "--dns", "--policy", "--load-bound", "--prefix-blocks",
+    "--block-chars", "--model", "--max-body-bytes", "--scrape-interval-s", "--log-format",
+)  # fmt: skip
+
+
+def test_help_lists_every_flag() -> None:
+    result = CliRunner().invoke(main, ["router", "--help"])
+    assert result.exit_code == 0
+    for flag in FLAGS:
+        assert flag in result.output
+    for policy in ("prefix-affinity", "two-choice", "round-robin", "least-loaded"):
+        assert policy in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "either as --backend"),
+        (["--backend", "http://a:1", "--dns", "x:1"], "either as --backend"),
+        (["--dns", "engines"], "NAME:PORT"),
+        (["--backend", "http://a:1", "--load-bound", "0.5"], "load_bound"),
+        (["--backend", "http://a:1", "--policy", "random"], "random"),
+    ],
+)
+def test_usage_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["router", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_json_log_lines() -> None:
+    assert log_config("json")["formatters"]["default"] == {"()": _JsonFormatter}
+    import logging
+
+    record = logging.LogRecord("prefixserving", logging.WARNING, "f", 1, "ejected %s", ("x",), None)
+    line = json.loads(_JsonFormatter().format(record))
+    assert line["level"] == "warning" and line["msg"] == "ejected x"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_router_process_serves_health_and_readiness() -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prefixserving.cli",
+            "router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend",
+            "http://127.0.0.1:1",
+            "--log-format",
+            "json",
+            "--scrape-interval-s",
+            "0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                time.sleep(0.1)
+        assert health.status_code == 200
+        # The only backend refuses connections: the scrape loop ejects it within ~0.3 s.
+        time.sleep(1.0)
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
+        assert ready.status_code == 503 and ready.json()["backends"] == 1
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=10)[0].decode()
+    # uvicorn shuts down gracefully, then re-raises SIGTERM for the exit status.
+    assert process.returncode in (0, -15)
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    messages = [line["msg"] for line in lines]
+    assert any("ejected backend http://127.0.0.1:1" in m for m in messages)
+    assert "Application shutdown complete." in messages

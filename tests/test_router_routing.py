@@ -1,0 +1,78 @@
+"""Routing through the HTTP router: agreement between replicas, affinity, spill under load."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from prefixserving.router.policies.registry import make_policy
+from router_support import completion, fake_engines, metric_value, running_router
+
+GROUPS = [f"Group {g}: " + f"shared document number {g} with many words. " * 6 for g in range(12)]
+
+
+def request(group: int, i: int) -> dict:
+    return completion(GROUPS[group] + f"question {i}?")
+
+
+async def test_two_router_replicas_send_each_prefix_to_the_same_engine() -> None:
+    async with fake_engines(3) as engines:
+        urls = [u for _, u in engines]
+        async with (
+            running_router(urls, policy=make_policy("prefix-affinity")) as a,
+            running_router(list(reversed(urls)), policy=make_policy("prefix-affinity")) as b,
+        ):
+            await asyncio.sleep(0.2)  # both have scraped the same (idle) loads
+            chosen: dict[int, set[str]] = {}
+            for i in range(3):
+                for group in range(len(GROUPS)):
+                    answers = [
+                        (await router.client.post("/v1/completions", json=request(group, i))).json()
+                        for router in (a, b)
+                    ]
+                    assert answers[0]["backend"] == answers[1]["backend"], (group, i)
+                    chosen.setdefault(group, set()).add(answers[0]["backend"])
+        # Affinity: every group stays on one engine, and the groups use every engine.
+        assert all(len(backends) == 1 for backends in chosen.values())
+        assert len(set().union(*chosen.values())) == 3
+
+
+async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
+    async with fake_engines(3) as engines:
+        by_name = {e.name: e for e, _ in engines}
+        async with running_router(
+            [u for _, u in engines], policy=make_policy("prefix-affinity")
+        ) as r:
+            home = (await r.client.post("/v1/completions", json=request(0, 0))).json()["backend"]
+            by_name[home].waiting = 40  # scraped as vllm:num_requests_waiting
+            await asyncio.sleep(0.3)
+            moved = {
+                (await r.client.post("/v1/completions", json=request(0, i))).json()["backend"]
+                for i in range(1, 6)
+            }
+            assert home not in moved and len(moved) == 1  # spilled, and consistently so
+            text = (await r.client.get("/metrics")).text
+            spilled = metric_value(
+                text,
+                "prefixserving_router_decisions_total",
+                policy="prefix_affinity",
+                decision="spilled",
+            )
+            assert spilled == 5
+            by_name[home].waiting = 0
+            await asyncio.sleep(0.3)
+            back = (await r.client.post("/v1/completions", json=request(0, 9))).json()["backend"]
+            assert back == home
+
+
+async def test_concurrent_requests_for_one_prefix_stay_within_the_load_bound() -> None:
+    async with (
+        fake_engines(2, first_delay_s=0.4) as engines,
+        running_router([u for _, u in engines], policy=make_policy("prefix-affinity")) as r,
+    ):
+        answers = await asyncio.gather(
+            *(r.client.post("/v1/completions", json=request(1, i)) for i in range(8))
+        )
+        per_backend = Counter(a.json()["backend"] for a in answers)
+        # Bounded load (1.25 x mean): the preferred engine takes at most ceil(1.25*8/2) = 5.
+        assert sorted(per_backend.values()) in ([3, 5], [4, 4])

@@ -199,3 +199,23 @@ def test_fleet_queue_growing_uses_the_hpa(
         series,
         [expect("PrefixServingQueueGrowingAtMax", "15m", *([labels] if fires else []))],
     )
+
+
+def test_monitoring_command_writes_and_checks(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from prefixserving.cli import main
+
+    runner = CliRunner()
+    missing = runner.invoke(main, ["monitoring", "--chart-dir", str(tmp_path)])
+    assert missing.exit_code == 2 and "Chart.yaml not found" in missing.output
+    (tmp_path / "Chart.yaml").write_text("name: x\n")
+    assert runner.invoke(main, ["monitoring", "--chart-dir", str(tmp_path)]).exit_code == 0
+    assert (
+        runner.invoke(main, ["monitoring", "--chart-dir", str(tmp_path), "--check"]).exit_code == 0
+    )
+    alerts_file = tmp_path / chart.ALERTS_FILE
+    alerts_file.write_text(alerts_file.read_text().replace("0.9", "0.8"))
+    stale = runner.invoke(main, ["monitoring", "--chart-dir", str(tmp_path), "--check"])
+    assert stale.exit_code == 1
+    assert chart.ALERTS_FILE in stale.output

@@ -115,3 +115,61 @@ def test_examples_pass_the_crd_schema_and_cel_rules(path: Path) -> None:
             continue
         assert validators[doc["kind"]].errors(doc) == []
         parsers[doc["kind"]](doc)
+
+
+@pytest.mark.parametrize("file_name", sorted(crd.crds()))
+def test_every_default_validates_against_its_own_schema(file_name: str) -> None:
+    """The API server refuses a CRD whose defaults do not match their schema (after its own
+    defaulting of the default value)."""
+    import jsonschema
+
+    for _path, node in _walk(_schema(crd.crds()[file_name])):
+        if "default" in node:
+            schema = {k: v for k, v in node.items() if k != "default"}
+            value = apply_defaults(schema, copy.deepcopy(node["default"]))
+            jsonschema.Draft202012Validator(schema).validate(value)
+
+
+def test_cel_rules_name_existing_fields() -> None:
+    """Each rule's fieldPath points at a property of the node the rule sits on."""
+    for generated in crd.crds().values():
+        for path, node in _walk(_schema(generated)):
+            for rule in node.get("x-kubernetes-validations", []):
+                if "fieldPath" in rule:
+                    target = node
+                    for part in rule["fieldPath"].strip(".").split("."):
+                        target = target["properties"][part]
+                    assert target, (path, rule)
+
+
+def _bounded_fields(node: dict[str, Any], names: set[str], path: str = "") -> list[str]:
+    """Fields named in ``names`` under ``node`` that CEL cannot bound: strings without
+    maxLength, lists without maxItems."""
+    unbounded = []
+    for name, sub in node.get("properties", {}).items():
+        here = f"{path}.{name}"
+        if name in names:
+            if sub.get("type") == "string" and "maxLength" not in sub and "enum" not in sub:
+                unbounded.append(here)
+            if sub.get("type") == "array" and "maxItems" not in sub:
+                unbounded.append(here)
+            if sub.get("x-kubernetes-int-or-string"):
+                unbounded.append(here)
+        unbounded += _bounded_fields(sub, names, here)
+    if isinstance(node.get("items"), dict):
+        unbounded += _bounded_fields(node["items"], names, f"{path}[]")
+    return unbounded
+
+
+def test_cel_rules_only_read_bounded_fields() -> None:
+    """The API server estimates each rule's cost from maxLength/maxItems and refuses a CRD
+    whose rules it cannot bound; every field a rule names must therefore be bounded."""
+    import re
+
+    for generated in crd.crds().values():
+        for path, node in _walk(_schema(generated)):
+            for rule in node.get("x-kubernetes-validations", []):
+                if "metadata" in rule["rule"]:
+                    continue  # the API server bounds metadata.name itself
+                names = set(re.findall(r"\.(\w+)", rule["rule"]))
+                assert _bounded_fields(node, names) == [], (path, rule["rule"])

@@ -131,6 +131,13 @@ def test_operator_command_accepts_the_chart_arguments(
         assert params["log_format"] == "json"
 
 
+def test_disruption_budget_only_with_several_replicas(rendered_variants: dict) -> None:
+    assert not by_kind(rendered_variants["defaults"], "PodDisruptionBudget")
+    (pdb,) = by_kind(rendered_variants["namespaced-ha"], "PodDisruptionBudget")
+    (deployment,) = by_kind(rendered_variants["namespaced-ha"], "Deployment")
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+
+
 def test_peering_objects_only_with_several_replicas(rendered_variants: dict) -> None:
     assert not by_kind(rendered_variants["defaults"], "ClusterKopfPeering")
     assert len(by_kind(rendered_variants["cluster-ha-monitored"], "ClusterKopfPeering")) == 1
@@ -212,7 +219,8 @@ def test_fleet_service_monitor_selects_the_children_services(rendered_variants: 
     assert services
     for service in services:
         assert selector.items() <= service["metadata"]["labels"].items()
-        assert service["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
+        ports = {e["port"] for e in monitor["spec"]["endpoints"]}
+        assert {p["name"] for p in service["spec"]["ports"]} <= ports
 
 
 @pytest.mark.parametrize(

@@ -44,10 +44,10 @@ def test_request_larger_than_the_cache_runs_alone_and_caches_what_fits() -> None
     assert cache.pin((1, 2, 3, 4, 5), 0) == (1, 2, 3)
 
 
-def test_warm_inserts_evictable_blocks() -> None:
+def test_warm_inserts_evictable_blocks_and_keeps_the_leading_ones() -> None:
     cache = BlockCache(2)
     cache.warm((1, 2, 3))
-    assert cache.hit_blocks((1, 2)) == 2
+    assert cache.hit_blocks((1, 2, 3)) == 2
     assert cache.kv_usage == 0.0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prefixserving.router.policies.registry import make_policy
-from prefixserving.sim.cluster import ClusterConfig, ClusterSim, Tick
+from prefixserving.sim.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
 from prefixserving.sim.replica import ServiceModel
 from prefixserving.sim.traces import TraceRequest, load_mooncake
 from prefixserving.sim.workloads import (
@@ -124,19 +124,24 @@ def test_on_tick_sees_signals_and_can_add_replicas() -> None:
 
 
 def test_router_replicas_agree_without_talking() -> None:
-    """At low load two prefix-affinity routers place every prefix where one router would."""
-    requests = scale_arrivals(SharedPrefixGroups(requests=400).generate(), 0.05)
+    """Two prefix-affinity routers, each seeing half of the traffic, place at least 95% of the
+    requests where one router would (they can differ only while their traffic counts warm up
+    and on documents whose share sits at the hot threshold) and reach the same hit rate."""
+    requests = scale_arrivals(SharedPrefixGroups(requests=600).generate(), 0.05)
 
-    def backends(routers: int) -> list:
+    def run(routers: int) -> ClusterResult:
         sim = ClusterSim(
             [make_policy("prefix_affinity") for _ in range(routers)],
             ClusterConfig(service=ServiceModel(cache_blocks=4096)),
         )
         for i in range(4):
             sim.add_replica(f"r{i}")
-        return [o.backend for o in sim.run(requests).outcomes]
+        return sim.run(requests)
 
-    assert backends(1) == backends(2)
+    one, two = run(1), run(2)
+    same = sum(a.backend == b.backend for a, b in zip(one.outcomes, two.outcomes, strict=True))
+    assert same >= 0.95 * len(requests)
+    assert two.hit_rate == pytest.approx(one.hit_rate, abs=0.01)
 
 
 def test_policy_choosing_a_non_ready_backend_is_an_error() -> None:

@@ -129,8 +129,13 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
                 ),
                 what="rollout with Prometheus down",
             )
-            body = harness.prefixserving(NAMESPACE, NAME)
-            assert body["status"]["observedGeneration"] == body["metadata"]["generation"]
+            wait_for(
+                lambda: (
+                    (b := harness.prefixserving(NAMESPACE, NAME))["status"]["observedGeneration"]
+                    == b["metadata"]["generation"]
+                ),
+                what="observedGeneration with Prometheus down",
+            )
             degraded = harness.condition(NAMESPACE, NAME, constants.COND_DEGRADED)
             assert degraded is not None and degraded["status"] == "False"
             assert metrics_of(harness)["kvCacheUsage"] == pytest.approx(0.4, abs=1e-6)

@@ -62,7 +62,7 @@ def test_distinct_prefixes_spread() -> None:
 
 
 def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
-    policy = PrefixAffinityPolicy()
+    policy = make_policy("prefix_affinity", load_slack=0)
     blocks = (7, 8, 9)
     ranking = policy.rank(blocks, BACKENDS)
     # Mean load 2: capacity = ceil(1.25 * 17 / 8) = 3; the first choice already has 3.
@@ -72,6 +72,17 @@ def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
     decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
     assert decision.backend == ranking[1]
     assert decision.reason is DecisionReason.SPILLED
+
+
+def test_slack_keeps_affinity_for_small_absolute_gaps() -> None:
+    policy = make_policy("prefix_affinity", load_slack=4)
+    blocks = (7, 8, 9)
+    ranking = policy.rank(blocks, BACKENDS)
+    loads = {b: BackendLoad(in_flight=1) for b in BACKENDS}
+    loads[ranking[0]] = BackendLoad(in_flight=5)  # mean after = 13/8; 5 < 13/8 + 4
+    assert policy.select(RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.AFFINITY
+    loads[ranking[0]] = BackendLoad(in_flight=6)
+    assert policy.select(RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.SPILLED
 
 
 def test_keeps_affinity_within_the_bound() -> None:
@@ -85,7 +96,7 @@ def test_keeps_affinity_within_the_bound() -> None:
 
 
 def test_fallback_to_least_loaded_after_spill_ranks() -> None:
-    policy = make_policy("prefix-affinity", spill_ranks=2)
+    policy = make_policy("prefix-affinity", spill_ranks=2, load_slack=0)
     blocks = (7, 8, 9)
     ranking = policy.rank(blocks, BACKENDS)
     loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
@@ -145,6 +156,21 @@ def test_hot_first_block_is_split_by_the_next_block() -> None:
     assert len(set().union(*owners.values())) == len(BACKENDS)
 
 
+def test_routers_fed_different_halves_agree_on_prefixes_away_from_the_threshold() -> None:
+    """Two routers behind a Service see different halves of the traffic; their rankings
+    still agree for every prefix whose share is far from the hot threshold."""
+    first, second = PrefixAffinityPolicy(), PrefixAffinityPolicy()
+    rng = random.Random(11)
+    for i in range(3000):
+        doc = rng.randrange(100)  # 1% each: far below 0.5 / 8
+        ctx = RoutingContext((5, 6, 1000 + doc, 50_000 + i), BACKENDS)  # 5, 6: everyone's
+        (first if rng.random() < 0.5 else second).select(ctx)
+    for doc in range(100):
+        blocks = (5, 6, 1000 + doc, 1)
+        assert first.rank(blocks, BACKENDS) == second.rank(blocks, BACKENDS)
+        assert first.keys.depth(blocks, len(BACKENDS)) == 2
+
+
 def test_key_depth_follows_popularity() -> None:
     selector = PrefixKeySelector(PrefixKeyParams())
     for i in range(1000):
@@ -181,7 +207,7 @@ def test_two_choice_uses_only_its_two_candidates() -> None:
 
 
 def test_two_choice_keeps_affinity_then_spills_to_the_other_candidate() -> None:
-    policy = TwoChoicePolicy()
+    policy = make_policy("two_choice", load_slack=0)
     blocks = (31, 32)
     first = policy.select(RoutingContext(blocks, BACKENDS))
     assert first.reason is DecisionReason.BALANCE

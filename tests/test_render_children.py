@@ -57,6 +57,9 @@ def test_rendering_is_deterministic_and_in_table_order() -> None:
     order = [c.template for c in CHILDREN]
     kinds = [o["kind"] for o in first]
     assert kinds == [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
         "ConfigMap",
         "Service",
         "Deployment",
@@ -154,6 +157,8 @@ def test_engine_pod_has_shm_probes_drain_and_scrape_annotations() -> None:
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(constants.ENGINE_PORT)
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # A rollout is not "stuck" while a new pod loads the model (default 1800 s).
+    assert deployment["spec"]["progressDeadlineSeconds"] > 1800
 
 
 def test_engine_pod_names_match_the_promql_pod_regex() -> None:
@@ -287,6 +292,35 @@ def test_warmup_sidecar_is_a_native_sidecar_gating_readiness() -> None:
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
 
 
+def test_only_the_warmup_sidecar_gets_an_api_token_and_it_may_only_create_events() -> None:
+    objects = rendered("warmup")
+    pod = engine_pod(objects)
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == names.engine_service_account("support-bot")
+    (token,) = [v for v in pod["volumes"] if v["name"] == "warmup-token"]
+    sources = token["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["path"] == "token"
+    (sidecar,) = pod["initContainers"]
+    sidecar_mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert sidecar_mounts["warmup-token"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert "warmup-token" not in {m["name"] for m in engine_container(objects)["volumeMounts"]}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in sidecar["env"]}
+    assert env[constants.ENV_POD_UID] == "metadata.uid"
+    assert find(objects, "ServiceAccount")["metadata"]["name"] == pod["serviceAccountName"]
+    role, binding = find(objects, "Role"), find(objects, "RoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "llm"}
+    ]
+
+
+def test_without_warmup_there_is_no_service_account_or_role() -> None:
+    objects = render({})
+    assert not {"ServiceAccount", "Role", "RoleBinding"} & {o["kind"] for o in objects}
+    assert "serviceAccountName" not in engine_pod(objects)
+
+
 def test_warmup_from_a_user_configmap_renders_no_configmap() -> None:
     objects = render(
         {"warmup": {"enabled": True, "configMapRef": {"name": "my-prompts", "key": "p.json"}}}
@@ -400,7 +434,11 @@ def test_service_monitor_and_alerts_when_enabled() -> None:
     monitor = find(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["selector"]["matchLabels"] == names.instance_selector("mistral-support")
-    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["http"]
+    warm_monitor = find(rendered("warmup"), "ServiceMonitor")
+    assert [e["port"] for e in warm_monitor["spec"]["endpoints"]] == ["http", "warmup"]
+    warm_service = find(rendered("warmup"), "Service", "engine")
+    assert [p["name"] for p in warm_service["spec"]["ports"]] == ["http", "warmup"]
     # Both Services name their port "http" and carry the instance selector labels.
     for service in (o for o in objects if o["kind"] == "Service"):
         assert service["spec"]["ports"][0]["name"] == "http"

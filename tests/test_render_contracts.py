@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from render_examples import find, rendered, resource_examples
 
 # Parses each argument list of stdin (JSON) with the parser of ``vllm serve``; prints the

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -196,43 +199,65 @@ def test_event_only_inside_a_pod() -> None:
     assert (event["reason"], event["type"]) == ("WarmupTimedOut", "Warning")
 
 
+class _Events:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.created: list[tuple[str, dict]] = []
+        self.error = error
+
+    def create_namespaced_event(self, namespace: str, body: dict) -> object:
+        if self.error is not None:
+            raise self.error
+        self.created.append((namespace, body))
+        return body
+
+
+def test_event_is_posted_in_a_pod_and_failures_are_swallowed() -> None:
+    env = {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "POD_NAME": "chat-engine-7d9-abc",
+        "POD_NAMESPACE": "llm",
+        "POD_UID": "u-1",
+    }
+    events = _Events()
+    assert emit_timeout_event("warm-up timed out after 5 s", env=env, api=lambda: events)
+    ((namespace, body),) = events.created
+    assert namespace == "llm" and body["involvedObject"]["name"] == "chat-engine-7d9-abc"
+    assert body["message"] == "warm-up timed out after 5 s"
+    refused = _Events(PermissionError("events is forbidden"))
+    assert emit_timeout_event("x", env=env, api=lambda: refused) is False
+    # in a pod without a token: the in-cluster configuration fails, the Event is skipped
+    assert emit_timeout_event("x", env=env) is False
+
+
+def _start_cli(engine_port: int, port: int, timeout_s: float) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "prefixserving.cli", "warmup",
+        "--engine-url", f"http://127.0.0.1:{engine_port}", "--timeout-s", str(timeout_s),
+        "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _poll_readyz(port: int, until: int, deadline_s: float = 30.0) -> list[int]:
+    codes: list[int] = []
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            codes.append(httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code)
+        if codes and codes[-1] == until:
+            break
+        time.sleep(0.2)
+    return codes
+
+
 @pytest.mark.slow
-def test_cli_serves_readyz_after_warmup(tmp_path: Path) -> None:
+def test_cli_serves_readyz_after_warmup() -> None:
     """The real command in a process: 503 while the engine is down, 200 after the timeout, and
     it keeps serving /readyz afterwards (a native sidecar must not exit)."""
-    import subprocess
-    import sys
-
     port = free_port()
-    engine_port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "prefixserving.cli",
-            "warmup",
-            "--engine-url",
-            f"http://127.0.0.1:{engine_port}",
-            "--timeout-s",
-            "3",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    process = _start_cli(free_port(), port, timeout_s=3)
     try:
-        url = f"http://127.0.0.1:{port}/readyz"
-        codes = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                codes.append(httpx.get(url, timeout=1).status_code)
-            if codes and codes[-1] == 200:
-                break
-            time.sleep(0.2)
+        codes = _poll_readyz(port, until=200)
         assert codes[0] == 503 and codes[-1] == 200
         time.sleep(0.5)
         assert process.poll() is None
@@ -241,3 +266,18 @@ def test_cli_serves_readyz_after_warmup(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_cli_exits_on_sigterm_while_warming() -> None:
+    """Pod deletion during warm-up: the sidecar stops at once instead of waiting out the timeout."""
+    port = free_port()
+    process = _start_cli(free_port(), port, timeout_s=600)
+    try:
+        assert _poll_readyz(port, until=503)[-1] == 503
+        process.terminate()
+        # uvicorn re-raises SIGTERM after its clean shutdown: the exit status is -15
+        assert process.wait(timeout=10) in (0, -signal.SIGTERM)
+    finally:
+        if process.poll() is None:
+            process.kill()

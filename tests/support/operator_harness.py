@@ -93,15 +93,15 @@ class Harness:
         self.runner: KopfRunner | None = None
 
     # ----------------------------------------------------------------- operator
-    def start_operator(self, *extra_args: str) -> None:
+    def start_operator(self, *scope: str) -> None:
+        """Start kopf over the handlers; ``scope`` is kopf's namespace flags (default: all)."""
         assert self.runner is None, "the operator is already running"
         args = [
             "run",
             "--standalone",
-            "--all-namespaces",
+            *(scope or ("--all-namespaces",)),
             "-m",
             "prefixserving.controller.main",
-            *extra_args,
         ]
         self.runner = KopfRunner(args, timeout=60)
         self.runner.__enter__()

@@ -49,6 +49,16 @@ def autoscaler(name: str) -> str:
     return f"{name}-engine"
 
 
+def engine_service_account(name: str) -> str:
+    """ServiceAccount of the engine pods (only with warm-up: its sidecar posts Events)."""
+    return f"{name}-engine"
+
+
+def warmup_role(name: str) -> str:
+    """Role (and RoleBinding) that lets the warm-up sidecar create Events."""
+    return f"{name}-warmup"
+
+
 def warmup_configmap(name: str) -> str:
     """ConfigMap with the inline warm-up prompts."""
     return f"{name}-warmup"

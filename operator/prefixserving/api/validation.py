@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 from pydantic import BaseModel, ValidationError
 
+from prefixserving import constants
 from prefixserving.api import types as t
 
 # Flags the operator sets on the engine; extraArgs may not repeat them (vLLM takes the last
@@ -51,6 +52,15 @@ OWNED_FLAGS: tuple[str, ...] = (
     "max-loras",
     "numa-bind",
     "revision",
+)
+# Environment variables the operator sets on the engine (spec.engine.env may not repeat them:
+# the kubelet keeps the last duplicate, which would silently override the spec).
+OWNED_ENV: tuple[str, ...] = (
+    constants.ENV_MAX_SIBLING_WAIT_MS,
+    constants.ENV_PIN_BUDGET_FRACTION,
+    constants.ENV_LANES,
+    "HF_HOME",
+    "HF_TOKEN",
 )
 OWNED_FLAG_RE = (
     "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in OWNED_FLAGS) + ")(=.*)?$"
@@ -116,6 +126,13 @@ def _owned_args(engine: t.EngineSpec) -> str | None:
     if owned:
         verb = "is" if len(owned) == 1 else "are"
         return f"{', '.join(owned)} {verb} set by the operator from the spec; remove from extraArgs"
+    return None
+
+
+def _owned_env(engine: t.EngineSpec) -> str | None:
+    owned = [e.name for e in engine.env if e.name in OWNED_ENV]
+    if owned:
+        return f"{', '.join(owned)} set by the operator from the spec; remove from env"
     return None
 
 
@@ -220,6 +237,17 @@ RULES: tuple[Rule, ...] = (
         + ", ".join(f"--{f}" for f in OWNED_FLAGS),
         check=_owned_args,
         cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{OWNED_FLAG_RE}'))",
+    ),
+    Rule(
+        model=t.EngineSpec,
+        field="env",
+        message="env may not set a variable the operator owns",
+        hint="set them through scheduler.* and model.source.huggingFace; owned: "
+        + ", ".join(OWNED_ENV),
+        check=_owned_env,
+        cel="!has(self.env) || self.env.all(e, !(e.name in ["
+        + ", ".join(f"'{name}'" for name in OWNED_ENV)
+        + "]))",
     ),
     Rule(
         model=t.EngineSpec,

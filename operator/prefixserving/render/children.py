@@ -34,6 +34,10 @@ def _always(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
     return True
 
 
+def _warmup(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
+    return spec.warmup.enabled
+
+
 def _inline_warmup(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
     return spec.warmup.enabled and spec.warmup.config_map_ref is None
 
@@ -60,6 +64,9 @@ class Child:
 
 
 CHILDREN: tuple[Child, ...] = (
+    Child("warmup-serviceaccount.yaml.j2", names.COMPONENT_WARMUP, _warmup),
+    Child("warmup-role.yaml.j2", names.COMPONENT_WARMUP, _warmup),
+    Child("warmup-rolebinding.yaml.j2", names.COMPONENT_WARMUP, _warmup),
     Child("warmup-configmap.yaml.j2", names.COMPONENT_WARMUP, _inline_warmup),
     Child("engine-service.yaml.j2", constants.COMPONENT_ENGINE, _always),
     Child("engine-deployment.yaml.j2", constants.COMPONENT_ENGINE, _always),

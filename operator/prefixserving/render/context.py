@@ -22,8 +22,12 @@ HF_HOME = "/var/cache/huggingface"
 # The warm-up sidecar reads its prompts from this file (mounted from a ConfigMap).
 WARMUP_DIR, WARMUP_FILE = constants.WARMUP_PROMPTS_FILE.rsplit("/", 1)
 PROBE_PERIOD_S = 10
+PROGRESS_MARGIN_S = 600
 WARMUP_CPU = "100m"
 WARMUP_MEMORY = "256Mi"
+# Where in-cluster clients (the warm-up sidecar's Event) look for the service account token.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION_S = 3600
 # Non-root user of the project's slim images (router, warm-up, operator).
 NONROOT_UID = 65532
 
@@ -169,6 +173,18 @@ def _warmup(resource: PrefixServing) -> dict[str, Any] | None:
             "--model",
             spec.model.served_name,
         ],
+        "env": [
+            {"name": env, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for env, path in (
+                (constants.ENV_POD_IP, "status.podIP"),
+                (constants.ENV_POD_NAME, "metadata.name"),
+                (constants.ENV_POD_NAMESPACE, "metadata.namespace"),
+                (constants.ENV_POD_UID, "metadata.uid"),
+            )
+        ],
+        "service_account_dir": SERVICE_ACCOUNT_DIR,
+        "token_expiration_s": TOKEN_EXPIRATION_S,
+        "port": constants.WARMUP_PORT,
         "inline": ref is None,
         "configmap": ref.name if ref is not None else names.warmup_configmap(name),
         "configmap_key": ref.key if ref is not None else WARMUP_FILE,
@@ -259,6 +275,8 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
             "router_pdb": names.router_pdb(name),
             "autoscaler": names.autoscaler(name),
             "warmup_configmap": names.warmup_configmap(name),
+            "engine_service_account": names.engine_service_account(name),
+            "warmup_role": names.warmup_role(name),
             "service_monitor": names.service_monitor(name),
             "prometheus_rule": names.prometheus_rule(name),
         },
@@ -270,7 +288,6 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
         "ports": {
             "engine": constants.ENGINE_PORT,
             "router": constants.ROUTER_PORT,
-            "warmup": constants.WARMUP_PORT,
         },
         "engine": {
             "image": engine.image,
@@ -280,6 +297,10 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
             "resources": engine_resources(spec),
             "replicas": None if auto.enabled else _replicas(spec),
             "max_surge": engine.max_surge,
+            # A rollout waits for model load and warm-up before Kubernetes calls it stuck.
+            "progress_deadline_s": engine.startup_timeout_seconds
+            + (spec.warmup.timeout_seconds if spec.warmup.enabled else 0)
+            + PROGRESS_MARGIN_S,
             "startup_failure_threshold": math.ceil(engine.startup_timeout_seconds / PROBE_PERIOD_S),
             "probe_period_s": PROBE_PERIOD_S,
             "drain_s": engine.drain_seconds,
@@ -320,6 +341,8 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
         "autoscaling": _autoscaling(resource, auto),
         "monitoring": {
             "labels": spec.monitoring.labels,
+            # Engine Service ports scraped: the engine, and the warm-up sidecar's metrics.
+            "ports": ["http", "warmup"] if spec.warmup.enabled else ["http"],
             "alerts": spec.monitoring.alerts.model_dump(by_alias=True),
             "alert_groups": alerts.resource_groups(resource, auto),
         },

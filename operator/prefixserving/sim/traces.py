@@ -32,7 +32,9 @@ class TraceRequest:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
 
 
-def load_mooncake(path: Path, *, time_scale: float = 1.0, limit: int | None = None) -> list[TraceRequest]:
+def load_mooncake(
+    path: Path, *, time_scale: float = 1.0, limit: int | None = None
+) -> list[TraceRequest]:
     """Load a Mooncake-format trace: one JSON object per line with ``timestamp`` (ms),
     ``input_length``, ``output_length`` and ``hash_ids`` (one per 512-token block)."""
     rows = []
@@ -49,7 +51,9 @@ def load_mooncake(path: Path, *, time_scale: float = 1.0, limit: int | None = No
     return _rebase(rows, time_scale)
 
 
-def load_azure(path: Path, *, time_scale: float = 1.0, limit: int | None = None) -> list[TraceRequest]:
+def load_azure(
+    path: Path, *, time_scale: float = 1.0, limit: int | None = None
+) -> list[TraceRequest]:
     """Load an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
     rows = []
     with path.open(newline="") as f:

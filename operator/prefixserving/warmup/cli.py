@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from pathlib import Path
@@ -101,13 +102,18 @@ def warmup(
 
 
 async def _serve(config: WarmupConfig, host: str, port: int) -> None:
+    """Serve the endpoints until SIGTERM/SIGINT; warm up meanwhile (cancelled on shutdown)."""
     state = WarmupState()
     server = uvicorn.Server(
         uvicorn.Config(build_app(state), host=host, port=port, log_level="warning", lifespan="off")
     )
-    serving = asyncio.create_task(server.serve())
-    await run_warmup(config, state, on_timeout=_emit_in_background)
-    await serving
+    warming = asyncio.create_task(run_warmup(config, state, on_timeout=_emit_in_background))
+    try:
+        await server.serve()
+    finally:
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warming
 
 
 def _emit_in_background(message: str) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from prefixserving import constants
 
@@ -50,18 +51,32 @@ def build_event(name: str, namespace: str, uid: str | None, message: str) -> dic
     }
 
 
-def emit_timeout_event(message: str, env: Mapping[str, str] | None = None) -> bool:
-    """Create the Event; return whether it was created."""
+class EventsApi(Protocol):
+    """The one call used from ``kubernetes.client.CoreV1Api``."""
+
+    def create_namespaced_event(self, namespace: str, body: dict) -> object: ...
+
+
+def _in_cluster_api() -> EventsApi:
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    return client.CoreV1Api()
+
+
+def emit_timeout_event(
+    message: str,
+    env: Mapping[str, str] | None = None,
+    api: Callable[[], EventsApi] = _in_cluster_api,
+) -> bool:
+    """Create the Event; return whether it was created. ``api`` builds the client (the
+    in-cluster configuration by default)."""
     identity = pod_identity(os.environ if env is None else env)
     if identity is None:
         log.info("not in a pod (no POD_NAME/POD_NAMESPACE): no Kubernetes Event")
         return False
     try:
-        from kubernetes import client, config
-
-        config.load_incluster_config()
-        event = build_event(*identity, message)
-        client.CoreV1Api().create_namespaced_event(identity[1], event)
+        api().create_namespaced_event(identity[1], build_event(*identity, message))
     except Exception as exc:  # best effort: a missing RBAC rule must not matter
         log.warning("could not create the warm-up timeout Event: %s", exc)
         return False

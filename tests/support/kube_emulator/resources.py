@@ -13,6 +13,10 @@ CORE: list[ResourceType] = [
     ResourceType("", "v1", "configmaps", "ConfigMap", status_subresource=False, shortnames=("cm",)),
     ResourceType("", "v1", "secrets", "Secret", status_subresource=False),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", status_subresource=False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", status_subresource=False),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", status_subresource=False
+    ),
     ResourceType("", "v1", "events", "Event", status_subresource=False, shortnames=("ev",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", status_subresource=False),
     ResourceType("apps", "v1", "deployments", "Deployment", scale_subresource=True),

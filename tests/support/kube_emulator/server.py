@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ from .selectors import parse_label_selector
 from .store import ApiError, ResourceType, Store, Watcher
 
 WATCH_POLL_S = 1.0
+_NAMESPACES_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 
 
 def _status_body(exc: ApiError) -> dict[str, Any]:
@@ -73,6 +75,28 @@ class KubeEmulator(kmock.KubernetesScaffold):
                 subresources=subresources,
             )
         )
+
+    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """kmock reads ``/api/v1/namespaces[/NAME]`` as a namespace prefix and fails; serve the
+        cluster-scoped Namespace resource (kopf lists it when told which namespaces to watch)."""
+        match = _NAMESPACES_PATH.match(raw.path)
+        if match is None:
+            return await super().__call__(raw)
+        body = await raw.read()
+        text = body.decode() if body else ""
+        request = kmock.Request(
+            method=raw.method,
+            url=raw.url,
+            params=dict(raw.query),
+            headers=dict(raw.headers),
+            body=body,
+            text=text,
+            data=json.loads(text) if text.strip().startswith(("{", "[")) else None,
+            resource=kmock.resource("", "v1", "namespaces"),
+            name=match.group(1),
+            raw_request=raw,
+        )
+        return await self._handle(request)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         resource = request.resource

@@ -71,6 +71,9 @@ CHILD_KINDS: tuple[Kind, ...] = tuple(
         ("apps/v1", "Deployment"),
         ("v1", "Service"),
         ("v1", "ConfigMap"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("policy/v1", "PodDisruptionBudget"),
         ("autoscaling/v2", "HorizontalPodAutoscaler"),
         ("keda.sh/v1alpha1", "ScaledObject"),
@@ -113,9 +116,10 @@ class Outcome:
             return cond.Condition(
                 constants.COND_DEGRADED, True, REASON_POLICY_NOT_FOUND, self.policy_missing
             )
-        return cond.Condition(
-            constants.COND_DEGRADED, False, "Reconciled", f"{len(self.applied)} objects applied"
-        )
+        message = f"{len(self.applied)} objects applied"
+        if self.skipped:
+            message += f"; not served by this cluster, skipped: {', '.join(self.skipped)}"
+        return cond.Condition(constants.COND_DEGRADED, False, "Reconciled", message)
 
 
 def ref(obj: Mapping[str, Any]) -> str:

@@ -20,7 +20,8 @@ prefixes are then cached on every backend, which costs one miss per backend.
 
 The state is a function of the traffic seen, so two routers fed the same requests pick the
 same keys; routers fed different samples of the same traffic disagree only on prefixes whose
-share sits at the threshold.
+share sits at the threshold, and those are hot enough to be cached on many backends anyway.
+(There is deliberately no hysteresis: it would make such disagreements last.)
 
 **Parameters** (:class:`PrefixKeyParams`)
 
@@ -115,7 +116,15 @@ class PrefixKeySelector:
         return limit - 1
 
     def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
-        """The hash the request is ranked by, or ``None`` for a request without blocks."""
+        """The hash a ranking uses for ``blocks`` without observing them, or ``None`` for a
+        request without blocks."""
         if not blocks:
             return None
+        return blocks[self.depth(blocks, n_backends)]
+
+    def route_key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
+        """Observe a routed request, then return its key."""
+        if not blocks:
+            return None
+        self.observe(blocks)
         return blocks[self.depth(blocks, n_backends)]

@@ -8,11 +8,11 @@ which pushes traffic away from queues early, and a full KV cache counts as two r
 
 **Bounded load** (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads",
 SODA 2018): a backend may take one more request while
-``load < ceil(load_bound * (total + 1) / N)``, where ``total`` is the sum of all ``N``
-backends' loads (for integer loads this is the paper's ``load + 1 <= capacity``). The ceiling
-keeps at least one free slot per backend at low load; with ``load_bound = 1.25`` no backend
-goes past 125% of the mean by more than that rounding. The least-loaded backend is always
-within the bound.
+``load < max(ceil(load_bound * m), m + slack)`` with ``m = (total + 1) / N`` the mean load
+after this request, ``total`` the sum of all ``N`` backends' loads. With ``slack = 0`` this is
+the paper's ``load + 1 <= ceil(c * m)`` for integer loads; the slack keeps small absolute
+gaps (a few requests) from counting as overload. The least-loaded backend is always within
+the bound.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prefixserving.router.policies.base import BackendLoad
+from prefixserving.router.policies.keying import PrefixKeyParams
 
 _IDLE = BackendLoad()
 
@@ -55,3 +56,29 @@ def least_loaded(values: Mapping[str, float], order: Sequence[str]) -> str:
     """The backend with the least load; ties go to the earliest in ``order``."""
     position = {b: i for i, b in enumerate(order)}
     return min(order, key=lambda b: (values[b], position[b]))
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityLoadParams(PrefixKeyParams):
+    """Key choice plus the bounded-load rule, shared by the affinity policies' configs:
+    ``load_bound`` (1.25), ``load_slack`` (4.0), ``waiting_weight`` (1.0), ``kv_weight`` (2.0)."""
+
+    load_bound: float = 1.25
+    load_slack: float = 4.0
+    waiting_weight: float = 1.0
+    kv_weight: float = 2.0
+
+    def __post_init__(self) -> None:
+        PrefixKeyParams.__post_init__(self)
+        if self.load_bound < 1.0:
+            raise ValueError("load_bound must be at least 1.0")
+        if self.load_slack < 0:
+            raise ValueError("load_slack must be >= 0")
+
+    @property
+    def weights(self) -> LoadWeights:
+        return LoadWeights(self.waiting_weight, self.kv_weight)
+
+    def capacity(self, values: Mapping[str, float]) -> float:
+        """:func:`load_capacity` with this bound and slack."""
+        return load_capacity(values, self.load_bound, self.load_slack)

@@ -7,7 +7,8 @@
    prefix such as a system prompt is split by what follows it.
 2. Rank the healthy backends by rendezvous hashing of the key (:mod:`.ranking`).
 3. Walk the first ``spill_ranks`` backends of the ranking and take the first whose load is
-   within the bound ``load < ceil(load_bound * (total + 1) / N)`` (:mod:`.load`). The
+   within the bound ``load < max(ceil(load_bound * m), m + load_slack)`` with
+   ``m = (total + 1) / N`` the mean after this request (:mod:`.load`). The
    first-ranked backend is ``affinity``, a later one ``spilled``; a hot key's spill goes to
    the same next choices every time, so those backends warm for it too.
 4. None of them within the bound: the least-loaded backend, ``fallback`` (a key that
@@ -21,6 +22,11 @@ pure function and the key state evolves identically from the same requests.
 **Parameters** (:class:`PrefixAffinityConfig`)
 
 - ``load_bound`` (1.25): largest load relative to the mean a backend may reach.
+- ``load_slack`` (4.0): a backend within this much load of the mean is never over the bound.
+  A relative bound on small counts spills on noise (with 4 backends and one request in
+  flight, ``ceil(1.25 * 2 / 4) = 1`` would already push the next request of the same prefix
+  elsewhere), and a spill recomputes the whole prefix; SGLang's router likewise requires an
+  absolute gap (32) as well as a relative one before it rebalances.
 - ``spill_ranks`` (3): backends of the ranking tried before falling back to the least loaded.
 - ``waiting_weight`` (1.0), ``kv_weight`` (2.0): weights of the scraped signals in the load.
 - ``max_depth_blocks`` (16), ``hot_share`` (0.5), ``window_requests`` (4096),
@@ -47,30 +53,19 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
-from prefixserving.router.policies.load import (
-    LoadWeights,
-    least_loaded,
-    load_capacity,
-    load_values,
-)
+from prefixserving.router.policies.keying import PrefixKeySelector
+from prefixserving.router.policies.load import AffinityLoadParams, least_loaded, load_values
 from prefixserving.router.policies.ranking import rendezvous_rank
 
 
 @dataclass(frozen=True, slots=True)
-class PrefixAffinityConfig(PrefixKeyParams):
+class PrefixAffinityConfig(AffinityLoadParams):
     """Parameters of :class:`PrefixAffinityPolicy` (see the module docstring)."""
 
-    load_bound: float = 1.25
-    load_slack: float = 0.0
     spill_ranks: int = 3
-    waiting_weight: float = 1.0
-    kv_weight: float = 2.0
 
     def __post_init__(self) -> None:
-        PrefixKeyParams.__post_init__(self)
-        if self.load_bound < 1.0:
-            raise ValueError("load_bound must be at least 1.0")
+        AffinityLoadParams.__post_init__(self)
         if self.spill_ranks < 1:
             raise ValueError("spill_ranks must be at least 1")
 
@@ -84,17 +79,17 @@ class PrefixAffinityPolicy(RoutingPolicy):
     def __init__(self, config: PrefixAffinityConfig | None = None) -> None:
         self.config = config or PrefixAffinityConfig()
         self.keys = PrefixKeySelector(self.config)
-        self.weights = LoadWeights(self.config.waiting_weight, self.config.kv_weight)
 
     def select(self, ctx: RoutingContext) -> Decision:
         if not ctx.backends:
             raise ValueError("no backends to route to")
-        values = load_values(ctx.backends, ctx.loads, self.weights)
+        values = load_values(ctx.backends, ctx.loads, self.config.weights)
         if not ctx.blocks:
             return Decision(least_loaded(values, ctx.backends), DecisionReason.BALANCE)
-        self.keys.observe(ctx.blocks)
-        ranking = self.rank(ctx.blocks, ctx.backends)
-        capacity = load_capacity(values, self.config.load_bound, self.config.load_slack)
+        key = self.keys.route_key(ctx.blocks, len(ctx.backends))
+        assert key is not None
+        ranking = rendezvous_rank(key, ctx.backends)
+        capacity = self.config.capacity(values)
         for position, backend in enumerate(ranking[: self.config.spill_ranks]):
             if values[backend] < capacity:
                 reason = DecisionReason.AFFINITY if position == 0 else DecisionReason.SPILLED

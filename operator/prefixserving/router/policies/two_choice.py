@@ -13,7 +13,7 @@ by "the power of two choices".
    other backends (two independent hash functions; distinct when N >= 2).
 3. Affinity: the candidate that served this key last (a bounded LRU of key -> backend,
    standing in for DualMap's knowledge of where the prefix is cached). If it is within the
-   load bound ``load < ceil(load_bound * (total + 1) / N)`` take it: ``affinity``.
+   load bound of ``prefix_affinity`` take it: ``affinity``.
    DualMap's rule is "affinity until the TTFT SLO is at risk"; the bound is its load proxy.
 4. Otherwise the less loaded candidate (ties: the first): ``spilled`` when that is not the
    recorded one, ``balance`` for a key seen for the first time (or whose backend left).
@@ -23,8 +23,8 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
 
 **Parameters** (:class:`TwoChoiceConfig`)
 
-- ``load_bound`` (1.25), ``waiting_weight`` (1.0), ``kv_weight`` (2.0): as in
-  ``prefix_affinity``.
+- ``load_bound`` (1.25), ``load_slack`` (4.0), ``waiting_weight`` (1.0), ``kv_weight``
+  (2.0): as in ``prefix_affinity``.
 - ``affinity_entries`` (65536): keys remembered with their last backend (LRU).
 - ``max_depth_blocks`` (16), ``hot_share`` (0.5), ``window_requests`` (4096),
   ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
@@ -52,13 +52,8 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
-from prefixserving.router.policies.load import (
-    LoadWeights,
-    least_loaded,
-    load_capacity,
-    load_values,
-)
+from prefixserving.router.policies.keying import PrefixKeySelector
+from prefixserving.router.policies.load import AffinityLoadParams, least_loaded, load_values
 from prefixserving.router.policies.ranking import rendezvous_top
 
 _SEED_A = 0x243F6A8885A308D3
@@ -66,19 +61,13 @@ _SEED_B = 0x13198A2E03707344
 
 
 @dataclass(frozen=True, slots=True)
-class TwoChoiceConfig(PrefixKeyParams):
+class TwoChoiceConfig(AffinityLoadParams):
     """Parameters of :class:`TwoChoicePolicy` (see the module docstring)."""
 
-    load_bound: float = 1.25
-    load_slack: float = 0.0
-    waiting_weight: float = 1.0
-    kv_weight: float = 2.0
     affinity_entries: int = 65536
 
     def __post_init__(self) -> None:
-        PrefixKeyParams.__post_init__(self)
-        if self.load_bound < 1.0:
-            raise ValueError("load_bound must be at least 1.0")
+        AffinityLoadParams.__post_init__(self)
         if self.affinity_entries < 1:
             raise ValueError("affinity_entries must be at least 1")
 
@@ -91,7 +80,6 @@ class TwoChoicePolicy(RoutingPolicy):
     def __init__(self, config: TwoChoiceConfig | None = None) -> None:
         self.config = config or TwoChoiceConfig()
         self.keys = PrefixKeySelector(self.config)
-        self.weights = LoadWeights(self.config.waiting_weight, self.config.kv_weight)
         self._last: OrderedDict[int, str] = OrderedDict()
 
     @staticmethod
@@ -104,15 +92,14 @@ class TwoChoicePolicy(RoutingPolicy):
     def select(self, ctx: RoutingContext) -> Decision:
         if not ctx.backends:
             raise ValueError("no backends to route to")
-        values = load_values(ctx.backends, ctx.loads, self.weights)
+        values = load_values(ctx.backends, ctx.loads, self.config.weights)
         if not ctx.blocks:
             return Decision(least_loaded(values, ctx.backends), DecisionReason.BALANCE)
-        self.keys.observe(ctx.blocks)
-        key = self.keys.key(ctx.blocks, len(ctx.backends))
+        key = self.keys.route_key(ctx.blocks, len(ctx.backends))
         assert key is not None
         pair = self.candidates(key, ctx.backends)
         cached = self._last.get(key)
-        capacity = load_capacity(values, self.config.load_bound, self.config.load_slack)
+        capacity = self.config.capacity(values)
         if cached in pair and values[cached] < capacity:
             backend = cached
         else:

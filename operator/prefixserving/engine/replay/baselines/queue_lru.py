@@ -7,6 +7,10 @@ unchanged; nothing is reserved or pinned.
 
 **Algorithm** (before every step):
 
+0. Act only when this step's allocations could evict cached data: some block among the
+   first ``budget blocks`` of the free queue (the most one step can allocate:
+   ``max_num_scheduled_tokens / block_size + max_num_seqs``) holds a cached prefix (the
+   RFC acts "when an allocation would evict cached data").
 1. Take the first ``max_num_seqs`` fresh requests of the waiting queue (the RFC's window).
 2. Probe each one's cached prefix (read-only lookup).
 3. Move every free (reference count 0) block of those prefixes to the most-recently-used end
@@ -20,7 +24,7 @@ step, before any allocation of that step (the free queue has no cheap position l
 
 **Parameters**: the window, ``max_num_seqs`` (as in the RFC).
 
-**Complexity**: O(cached blocks of the window) per step.
+**Complexity**: O(budget blocks) per step, plus O(cached blocks of the window) when it acts.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class QueueInformedLruScheduler(Scheduler):
         return super().schedule(throttle_prefills)
 
     def _retain_queued_prefixes(self) -> None:
+        if not self.waiting or not self._allocation_may_evict():
+            return
         window = []
         for request in self.waiting:
             if len(window) >= self.max_num_running_reqs:
@@ -53,3 +59,17 @@ class QueueInformedLruScheduler(Scheduler):
                 if block.ref_cnt == 0:
                     free_queue.remove(block)
                     free_queue.append(block)
+
+    def _allocation_may_evict(self) -> bool:
+        """Whether a cached block sits within the first ``budget`` blocks of the free queue."""
+        free_queue = self.kv_cache_manager.block_pool.free_block_queue
+        budget = self.max_num_scheduled_tokens // self.block_size + self.max_num_running_reqs
+        block = free_queue.fake_free_list_head.next_free_block
+        tail = free_queue.fake_free_list_tail
+        for _ in range(budget):
+            if block is None or block is tail:
+                return False
+            if block.block_hash is not None:
+                return True
+            block = block.next_free_block
+        return False

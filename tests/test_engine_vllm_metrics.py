@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.test_engine_vllm_scheduler import make_request, shared_prompt
 
 from prefixserving.engine.replay.engine import EngineShape, build_scheduler
 from prefixserving.engine.vllm import PeekScheduler
 from prefixserving.peek.metrics import ENV_METRICS_FILE, SnapshotCollector
-from tests.test_engine_vllm_scheduler import make_request, shared_prompt
 
 
 def samples(families: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -65,7 +65,9 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
         register()  # idempotent: vLLM may load plugins more than once
         path = os.environ[{ENV_METRICS_FILE!r}]
         assert path.startswith({str(tmp_path)!r}), path
-        snap = PeekSnapshot(2, 5, 3, {{"solo": 1, "cluster": 3}}, {{"fcfs": 4}}, {{"fcfs": 2}}, 7, 1)
+        snap = PeekSnapshot(
+            2, 5, 3, {{"solo": 1, "cluster": 3}}, {{"fcfs": 4}}, {{"fcfs": 2}}, 7, 1
+        )
         SnapshotWriter(path, "0", "m").write(snap)
         SnapshotWriter(path, "1", "m").write(snap)
         print(generate_latest(REGISTRY).decode())
@@ -78,9 +80,7 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
     held = families["prefixserving:peek_held_siblings"]
     assert sorted(s.labels["engine"] for s in held.samples) == ["0", "1"]
     assert {s.value for s in held.samples} == {2.0}
-    shares = {
-        s.labels["lane"]: s.value for s in families["prefixserving:peek_lane_share"].samples
-    }
+    shares = {s.labels["lane"]: s.value for s in families["prefixserving:peek_lane_share"].samples}
     assert shares == {"solo": 0.25, "cluster": 0.75}
     # Exposition stays valid: one HELP/TYPE per family although two engines wrote files.
     assert result.stdout.count("# TYPE prefixserving:peek_held_siblings ") == 1

@@ -36,7 +36,7 @@ def test_siblings_hit_the_pioneers_prefix(real_engine: object) -> None:
     before = httpx.get(f"{url}/metrics", timeout=10).text
     # Pioneer and siblings arrive together, as a burst of one cluster.
     with ThreadPoolExecutor(SIBLINGS + 1) as pool:
-        results = list(pool.map(lambda p: complete(url, p), [shared + [7, 8, 9], *prompts]))
+        results = list(pool.map(lambda p: complete(url, p), [[*shared, 7, 8, 9], *prompts]))
     cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in results]
     # Every request but one (the pioneer) hit the whole shared prefix.
     assert sorted(cached)[1:] == [SHARED_TOKENS] * SIBLINGS, cached

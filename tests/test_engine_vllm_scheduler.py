@@ -205,8 +205,10 @@ def test_queue_contract_add_peek_pop_len_bool_iter() -> None:
 
 
 def test_queue_contract_prepend_one_and_many_in_vllm_order() -> None:
-    queue, requests = queue_with("a", "b")
-    extra = {rid: make_request(rid, [9000 + ord(rid) * 300 + j for j in range(200)]) for rid in "xyz"}
+    queue, _ = queue_with("a", "b")
+    extra = {
+        rid: make_request(rid, [9000 + ord(rid) * 300 + j for j in range(200)]) for rid in "xyz"
+    }
     queue.prepend_request(extra["x"])
     assert ids(queue) == ["x", "a", "b"]
     # Like FCFSRequestQueue.extendleft: prepended in reverse order of appearance.

@@ -100,6 +100,9 @@ def test_update_rolls_out_and_removes_what_is_no_longer_needed(harness: Harness)
     wait_for(lambda: reconciled(harness, "t-roll", "roll"), what="second reconcile")
     assert engine(harness, "t-roll", "roll")["spec"]["replicas"] == 3
     assert constants.PEEK_SCHEDULER_CLS not in " ".join(engine_args(harness, "t-roll", "roll"))
+    assert set(harness.children("t-roll", "roll")) == set(
+        expected_children(harness, "t-roll", "roll")
+    )
     assert "ConfigMap/roll-warmup" in harness.children("t-roll", "roll")
     assert engine(harness, "t-roll", "roll")["metadata"]["generation"] == 2
 
@@ -403,3 +406,40 @@ def test_delete_cleans_up_through_the_finalizer(harness: Harness) -> None:
         what="resource released by the finalizer",
     )
     assert harness.children("t-delete", "gone") == {}
+
+
+def test_missing_policy_is_reported_until_it_is_created(harness: Harness) -> None:
+    body = resource("late", "t-late", autoscaling={"enabled": True, "policyRef": {"name": "later"}})
+    del body["spec"]["replicas"]
+    harness.create(body)
+    degraded = wait_for(
+        lambda: (
+            (c := harness.condition("t-late", "late", constants.COND_DEGRADED))
+            and c["reason"] == "PolicyNotFound"
+            and c
+        ),
+        what="PolicyNotFound",
+    )
+    assert degraded["status"] == "True" and "t-late/later" in degraded["message"]
+
+    policy = {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.POLICY_KIND,
+        "metadata": {"name": "later", "namespace": "t-late"},
+        "spec": {"backend": "hpa", "minReplicas": 2, "maxReplicas": 7},
+    }
+    harness.create(policy)
+    wait_for(
+        lambda: (
+            (harness.get(HPA, "t-late", "late-engine") or {}).get("spec", {}).get("maxReplicas")
+            == 7
+        ),
+        what="HPA from the policy created later",
+    )
+    wait_for(
+        lambda: (
+            (harness.condition("t-late", "late", constants.COND_DEGRADED) or {}).get("status")
+            == "False"
+        ),
+        what="Degraded cleared",
+    )

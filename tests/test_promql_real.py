@@ -14,6 +14,7 @@ for seconds on a busy machine) cannot be judged and are counted, not compared.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import subprocess
@@ -285,8 +286,8 @@ def counters(engines: dict[str, Engine]) -> dict[str, float]:
     return {m: sum(sum_metric(text, m) for text in texts) for m in COUNTERS}
 
 
-@pytest.fixture(scope="module")
-def scraped(real_engines: list[Engine]) -> Iterator[tuple[Prometheus, dict[str, Engine]]]:
+@contextlib.contextmanager
+def scraping(real_engines: Sequence[Engine]) -> Iterator[tuple[Prometheus, dict[str, Engine]]]:
     """A real Prometheus scraping both engines as pods of ``llm/demo``."""
     engines = dict(zip(PODS, real_engines, strict=True))
     addresses = {engine.url.removeprefix("http://"): pod for pod, engine in engines.items()}
@@ -297,6 +298,12 @@ def scraped(real_engines: list[Engine]) -> Iterator[tuple[Prometheus, dict[str, 
         target_labels={address: {"pod": pod} for address, pod in addresses.items()},
     ) as prom:
         yield prom, engines
+
+
+@pytest.fixture(scope="module")
+def scraped(real_engines: list[Engine]) -> Iterator[tuple[Prometheus, dict[str, Engine]]]:
+    with scraping(real_engines) as found:
+        yield found
 
 
 # ----------------------------------------------------------------------------- the tests

@@ -22,7 +22,9 @@ def test_request_work_grows_with_prefill_and_shrinks_with_batch() -> None:
     small = MODEL.request_work_s(prefill_tokens=100, prompt_tokens=2000, output_tokens=10, batch=8)
     large = MODEL.request_work_s(prefill_tokens=2000, prompt_tokens=2000, output_tokens=10, batch=8)
     assert large - small == pytest.approx(1900 * 4e-5)
-    batched = MODEL.request_work_s(prefill_tokens=100, prompt_tokens=2000, output_tokens=10, batch=64)
+    batched = MODEL.request_work_s(
+        prefill_tokens=100, prompt_tokens=2000, output_tokens=10, batch=64
+    )
     assert batched < small
 
 

@@ -86,7 +86,7 @@ def siblings(n: int, prefix_tokens: int, arrival_s: float = 0.0) -> list[ReplayR
 
 
 def test_hit_rate_agrees_with_vllm_counters_for_every_policy() -> None:
-    w = workload(siblings(6, 512) + [request("c", 0.0, [((NS_COLD, 7), 200)], 2)])
+    w = workload([*siblings(6, 512), request("c", 0.0, [((NS_COLD, 7), 200)], 2)])
     for policy in POLICIES:
         m = run(policy, w)["metrics"]
         assert m["hit_rate_matches_vllm"], policy
@@ -127,6 +127,7 @@ def test_sglang_lpm_admits_the_cached_request_first() -> None:
             request("hit", 1.0, [*prefix, ((NS_QUESTION, 9, 1), 16)], 1),
         ],
         max_num_batched_tokens=160,
+        max_num_seqs=8,
     )
     fcfs, lpm = run("fcfs", w)["records"], run("sglang_lpm", w)["records"]
     assert lpm["hit"].cached_tokens == 128

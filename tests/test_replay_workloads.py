@@ -17,8 +17,14 @@ BASE = EngineShape(num_blocks=0, block_size=16)
 
 def small_gsp(**kwargs: object) -> workloads.Workload:
     args: dict = dict(
-        name="g", cost=COST, base=BASE, groups=4, prompts_per_group=4, system_tokens=256,
-        question_tokens=32, output_tokens=8,
+        name="g",
+        cost=COST,
+        base=BASE,
+        groups=4,
+        prompts_per_group=4,
+        system_tokens=256,
+        question_tokens=32,
+        output_tokens=8,
     )
     args.update(kwargs)
     return workloads.gsp(**args)
@@ -96,13 +102,16 @@ def test_prompts_longer_than_max_model_len_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_model_len"):
         workloads.mooncake(
             write_mooncake(tmp_path / "t.jsonl"),
-            name="m", cost=COST, base=EngineShape(num_blocks=0, max_model_len=1000), load=None,
+            name="m",
+            cost=COST,
+            base=EngineShape(num_blocks=0, max_model_len=1000),
+            load=None,
         )
 
 
 def test_standard_suite_builds_every_workload_at_small_scale(shared_dir: Path) -> None:
     ctx = suite.BuildContext(
-        cost=COST, base=EngineShape(num_blocks=0), scale=0.02, traces=shared_dir / "traces"
+        cost=COST, base=EngineShape(num_blocks=0), scale=0.1, traces=shared_dir / "traces"
     )
     built = suite.build(list(suite.STANDARD), ctx)
     assert [w.name for w in built] == list(suite.STANDARD)

@@ -75,6 +75,7 @@ async def test_client_disconnect_before_the_answer_reaches_the_engine() -> None:
             await r.client.post("/v1/completions", json=completion("slow"), timeout=0.15)
         await asyncio.sleep(0.6)
         assert engine.aborted == 1
+        assert r.router.pool.state(url).in_flight == 0
 
 
 async def test_5xx_before_first_byte_is_retried_once_on_the_next_backend() -> None:

@@ -32,9 +32,10 @@ async def test_two_router_replicas_send_each_prefix_to_the_same_engine() -> None
                     ]
                     assert answers[0]["backend"] == answers[1]["backend"], (group, i)
                     chosen.setdefault(group, set()).add(answers[0]["backend"])
-        # Affinity: every group stays on one engine, and the groups use every engine.
+        # Affinity: every group stays on one engine, and the groups are spread (12 groups all
+        # on one of 3 engines has probability 3 / 3**12 with random ports).
         assert all(len(backends) == 1 for backends in chosen.values())
-        assert len(set().union(*chosen.values())) == 3
+        assert len(set().union(*chosen.values())) >= 2
 
 
 async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
@@ -66,9 +67,11 @@ async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
 
 
 async def test_concurrent_requests_for_one_prefix_stay_within_the_load_bound() -> None:
+    # No absolute slack, so that the relative bound alone decides on these small counts.
+    policy = make_policy("prefix-affinity", load_slack=0.0)
     async with (
-        fake_engines(2, first_delay_s=0.4) as engines,
-        running_router([u for _, u in engines], policy=make_policy("prefix-affinity")) as r,
+        fake_engines(2, first_delay_s=1.0) as engines,
+        running_router([u for _, u in engines], policy=policy) as r,
     ):
         answers = await asyncio.gather(
             *(r.client.post("/v1/completions", json=request(1, i)) for i in range(8))
@@ -76,3 +79,7 @@ async def test_concurrent_requests_for_one_prefix_stay_within_the_load_bound() -
         per_backend = Counter(a.json()["backend"] for a in answers)
         # Bounded load (1.25 x mean): the preferred engine takes at most ceil(1.25*8/2) = 5.
         assert sorted(per_backend.values()) in ([3, 5], [4, 4])
+        text = (await r.client.get("/metrics")).text
+        name = "prefixserving_router_decisions_total"
+        spilled = metric_value(text, name, policy="prefix_affinity", decision="spilled")
+        assert spilled == min(per_backend.values())

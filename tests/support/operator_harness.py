@@ -18,6 +18,7 @@ from kopf.testing import KopfRunner
 
 from prefixserving import constants
 from prefixserving.api import names
+from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kind, Kube, load_api_client
 
 from .kube_emulator import EmulatorThread, ResourceType
@@ -31,19 +32,9 @@ TEST_ENV = {
     "PREFIXSERVING_RESYNC_INTERVAL_S": "3600",
     "PREFIXSERVING_PROMETHEUS_TIMEOUT_S": "2",
 }
-CHILD_KINDS = [
-    KINDS[key]
-    for key in (
-        ("apps/v1", "Deployment"),
-        ("v1", "Service"),
-        ("v1", "ConfigMap"),
-        ("policy/v1", "PodDisruptionBudget"),
-        ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    )
-]
 
 
-def wait_for(predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition") -> T:
+def wait_for(predicate: Callable[[], T], timeout_s: float = 60.0, what: str = "condition") -> T:
     """Poll ``predicate`` every 0.1 s until it returns a truthy value; fail after timeout."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None
@@ -142,6 +133,8 @@ class Harness:
         selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
         found: dict[str, dict[str, Any]] = {}
         for kind in CHILD_KINDS:
+            if not self.kube.served(kind.api_version, kind.plural):
+                continue
             for obj in self.kube.list(kind, namespace, selector):
                 found[f"{kind.kind}/{obj['metadata']['name']}"] = obj
         return found

@@ -68,7 +68,9 @@ def _rule(
     return rule
 
 
-def alert_rules(scope: promql.Scope, alerts: AlertsSpec, bounds: Bounds | None) -> list[dict]:
+def alert_rules(
+    scope: promql.Scope, alerts: AlertsSpec, bounds: Bounds | None
+) -> list[dict[str, Any]]:
     """The alerting rules over ``scope`` with the thresholds of ``alerts``."""
     max_engines = bounds.max_engines if bounds is not None else None
     rules = [

@@ -27,6 +27,9 @@ CHILD_RESOURCES = (
     ("apps", "v1", "deployments"),
     ("", "v1", "services"),
     ("", "v1", "configmaps"),
+    ("", "v1", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("autoscaling", "v2", "horizontalpodautoscalers"),
     ("keda.sh", "v1alpha1", "scaledobjects"),
@@ -86,7 +89,7 @@ def prefixserving_metrics(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     *RESOURCE,
     id=c.HANDLER_RESYNC,
     interval=SETTINGS.resync_interval_s,
-    idle=SETTINGS.resync_interval_s,
+    idle=min(operator_settings.RESYNC_IDLE_S, SETTINGS.metrics_interval_s / 2),
     initial_delay=SETTINGS.resync_interval_s,
 )
 def prefixserving_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

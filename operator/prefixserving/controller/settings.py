@@ -38,6 +38,9 @@ WATCH_SERVER_TIMEOUT_S = 300
 WATCH_CLIENT_TIMEOUT_S = 330
 WATCH_CONNECT_TIMEOUT_S = 30
 MAX_WORKERS = 16
+# The resync timer waits until a resource has been left alone this long (kopf's ``idle``):
+# at most half the metrics period, whose status writes count as changes (see main.py).
+RESYNC_IDLE_S = 10.0
 
 
 @dataclass(frozen=True)

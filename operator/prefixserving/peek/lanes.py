@@ -255,9 +255,7 @@ class Lanes(Generic[R]):
         state = self._lanes.get(key)
         if state is None:
             # A new lane starts at the current global pass: it cannot bank credit.
-            state = _Lane(
-                heap=[], order=next(self._lane_order), pass_tokens=self.global_lane_pass
-            )
+            state = _Lane(heap=[], order=next(self._lane_order), pass_tokens=self.global_lane_pass)
             self._lanes[key] = state
             self._push_lane(key)
         return state

@@ -138,27 +138,26 @@ class Exchange:
                     task.cancel()
                 return
 
-    async def _open(self, backend: str) -> _Attempt:
-        attempt = _Attempt(backend)
+    async def _open(self, attempt: _Attempt) -> None:
+        """Send the request and read the first chunk; a failure is noted in ``attempt``."""
         try:
             attempt.response = await self.session.request(
                 self.method,
-                URL(backend + self.path, encoded=True),
+                URL(attempt.backend + self.path, encoded=True),
                 data=self.body or None,
                 headers=self.headers,
                 allow_redirects=False,
             )
         except _TRANSPORT_ERRORS:
             attempt.failure = "connect_error"
-            return attempt
+            return
         if attempt.response.status >= 500:
             attempt.failure = "server_error"
-            return attempt
+            return
         try:
             attempt.first = await attempt.response.content.readany()
         except _TRANSPORT_ERRORS:
             attempt.failure = "read_error"
-        return attempt
 
     def _close(self, attempt: _Attempt) -> None:
         """Close the upstream response: its connection goes back to the pool only when the
@@ -175,10 +174,11 @@ class Exchange:
         backend = self.backend
         retried = False
         while True:
+            attempt = _Attempt(backend)
             self.pool.acquire(backend)
             sent_at = time.perf_counter()
-            attempt = await self._open(backend)
             try:
+                await self._open(attempt)
                 if attempt.failure is None:
                     await self._stream(attempt, send, sent_at - self.received_at)
                     return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from prefixserving.router.policies.ranking import mix64
 from prefixserving.sim.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
@@ -17,9 +18,11 @@ from prefixserving.sim.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest
 _CHAIN_SEED = 0x6A09E667F3BCC908
 
 
-def chain_block_ids(block_ids: Sequence[int]) -> tuple[int, ...]:
+@lru_cache(maxsize=1 << 16)
+def chain_block_ids(block_ids: tuple[int, ...]) -> tuple[int, ...]:
     """Chained 64-bit keys: key ``i`` depends on ids ``0..i``, like vLLM's block hashes and
-    the router's prefix keys, so equal keys mean equal prefixes."""
+    the router's prefix keys, so equal keys mean equal prefixes. Memoised: benchmarks replay
+    the same requests under every policy."""
     out = []
     previous = _CHAIN_SEED
     for block_id in block_ids:

@@ -69,7 +69,9 @@ class EngineConfig:
 
     ``scheduler``: ``peek`` loads ``PeekScheduler`` through ``--scheduler-cls``; ``fcfs`` is
     vLLM's stock scheduler. ``block_size``: KV block size in tokens (None: vLLM's CPU default,
-    128). ``kv_cache_gib``: ``VLLM_CPU_KVCACHE_SPACE``. ``max_num_batched_tokens`` and
+    128). ``kv_cache_gib``: ``VLLM_CPU_KVCACHE_SPACE``. ``num_blocks`` caps the KV cache at that
+    many blocks (``--num-gpu-blocks-override``): the small model fits about a million tokens in
+    one GiB, so benchmarks that need cache pressure set it. ``max_num_batched_tokens`` and
     ``long_prefill_token_threshold`` bound the tokens per step and per prefill chunk.
     ``env`` is added to the engine's environment (PEEK settings, for example).
     """
@@ -81,6 +83,7 @@ class EngineConfig:
     block_size: int | None = None
     max_model_len: int = 4096
     kv_cache_gib: int = 1
+    num_blocks: int | None = None
     max_num_seqs: int = 32
     max_num_batched_tokens: int | None = None
     long_prefill_token_threshold: int | None = None
@@ -186,6 +189,8 @@ def engine_command(config: EngineConfig, model_dir: Path, port: int) -> list[str
         args.append("--skip-tokenizer-init")
     if config.block_size is not None:
         args += ["--block-size", str(config.block_size)]
+    if config.num_blocks is not None:
+        args += ["--num-gpu-blocks-override", str(config.num_blocks)]
     if config.max_num_batched_tokens is not None:
         args += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if config.long_prefill_token_threshold is not None:

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 
 from prefixserving.stack.engines import (
-    Engine,
     MODEL_NAME,
+    Engine,
     EngineConfig,
     SchedulerPolicy,
     free_port,

@@ -17,6 +17,7 @@ decode_seq_s * D + context_token_s * C`` over all points, coefficients clamped a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Sequence
@@ -87,7 +88,7 @@ class _Client:
             async for line in response.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     stamps.append(time.perf_counter())
-        return [b - a for a, b in zip(stamps[1:], stamps[2:])]
+        return [b - a for a, b in itertools.pairwise(stamps[1:])]
 
 
 async def _measure(url: str, model: str) -> list[Point]:
@@ -119,8 +120,12 @@ def calibrate(url: str, model: str, source: str) -> tuple[CostModel, list[dict[s
     points = asyncio.run(_measure(url, model))
     model_fit = fit(points, source)
     raw = [
-        {"kind": p.kind, **asdict(p.shape), "step_s": round(p.step_s, 6), "fit_s": round(
-            model_fit.step_s(p.shape), 6)}
+        {
+            "kind": p.kind,
+            **asdict(p.shape),
+            "step_s": round(p.step_s, 6),
+            "fit_s": round(model_fit.step_s(p.shape), 6),
+        }
         for p in points
     ]
     return model_fit, raw

@@ -28,7 +28,7 @@ def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> di
     if not values:
         return {}
     points = np.percentile(np.asarray(values, dtype=float), list(qs))
-    return {f"p{q}": round(float(v), 4) for q, v in zip(qs, points)}
+    return {f"p{q}": round(float(v), 4) for q, v in zip(qs, points, strict=True)}
 
 
 def summarize(run: ReplayRun) -> dict[str, Any]:

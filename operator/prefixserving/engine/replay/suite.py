@@ -34,9 +34,8 @@ TRACES_ENV = "PREFIXSERVING_TRACES"
 MOONCAKE_FILE = "mooncake-synthetic.jsonl"
 AZURE_CODE_FILE = "azure-code-2023.csv"
 # Trace rows at scale 1.0 (the Mooncake file has 3,993; the Azure code one 8,818).
-MOONCAKE_ROWS = 1000
+MOONCAKE_ROWS = 3993
 AZURE_ROWS = 2000
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +68,7 @@ def _n(value: int, scale: float, minimum: int = 1) -> int:
     return max(minimum, math.ceil(value * scale))
 
 
-def _gsp(
-    name: str, *, cold: bool, cache_fraction: float, threshold: int = 0
-) -> Builder:
+def _gsp(name: str, *, cold: bool, cache_fraction: float, threshold: int = 0) -> Builder:
     def build(ctx: BuildContext) -> Workload:
         groups = _n(64, ctx.scale, 2)
         fraction = ctx.fraction(cache_fraction)

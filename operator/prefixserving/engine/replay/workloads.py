@@ -257,9 +257,11 @@ def _assemble(
             )
     shared_blocks, ideal_prefill, ideal_hits = _sharing(prompts, block)
     prompt_lens = [sum(n for _, n in segs) for segs, _ in prompts]
-    mean_blocks = sum(math.ceil((p + o) / block) for p, (_, o) in zip(prompt_lens, prompts))
-    mean_blocks = mean_blocks / max(1, len(prompts))
-    longest = max(math.ceil((p + o) / block) for p, (_, o) in zip(prompt_lens, prompts))
+    request_blocks = [
+        math.ceil((p + o) / block) for p, (_, o) in zip(prompt_lens, prompts, strict=True)
+    ]
+    mean_blocks = sum(request_blocks) / max(1, len(request_blocks))
+    longest = max(request_blocks)
     if base.num_blocks > 0:
         wanted = base.num_blocks - 1
     elif cache_fraction is None:
@@ -326,7 +328,7 @@ def _sharing(
     seen: set[tuple[int, Segment]] = set()
     ideal_prefill: list[int] = []
     hits_total = 0
-    for chain, (segments, _) in zip(chains, prompts):
+    for chain, (segments, _) in zip(chains, prompts, strict=True):
         prompt = sum(n for _, n in segments)
         hit = 0
         for link in chain:
@@ -352,11 +354,11 @@ def arrival_rate_rps(
     fills the engine. The decode batch is bounded by ``max_num_seqs`` and by how many
     requests' unshared tokens fit in the cache."""
     n = len(prompts)
-    private = sum(p + o for p, (_, o) in zip(ideal_prefill, prompts)) / max(1, n)
+    private = sum(p + o for p, (_, o) in zip(ideal_prefill, prompts, strict=True)) / max(1, n)
     batch = max(1, min(engine.max_num_seqs, int(engine.num_blocks * engine.block_size / private)))
     work = sum(
         cost.request_work_s(pre, p, o, batch)
-        for pre, p, (_, o) in zip(ideal_prefill, prompt_lens, prompts)
+        for pre, p, (_, o) in zip(ideal_prefill, prompt_lens, prompts, strict=True)
     )
     return n / work if work > 0 else float("inf")
 

@@ -11,10 +11,11 @@ prefixes are then cached on every backend, which costs one miss per backend.
 **Algorithm**
 
 1. Observe: for each of the request's first ``max_depth_blocks`` block hashes, add the
-   current increment to a count-min sketch (two rows of ``sketch_width`` counters); add it to
-   the total too. The increment grows by ``1 / (1 - 1/window_requests)`` per request, which
-   is an exponential decay of all counts with a horizon of ``window_requests`` requests
-   (counts are rescaled before they overflow).
+   current increment to a count-min sketch (two rows of ``sketch_width`` counters, indexed by
+   the low and high halves of the block hash's SplitMix64 mix); add it to the total too.
+   The increment grows by ``1 / (1 - 1/window_requests)`` per request, which is an
+   exponential decay of all counts with a horizon of ``window_requests`` requests (counts are
+   rescaled before they overflow).
 2. Key: the first depth ``d`` whose share ``count(block[d]) / max(total, min_requests)`` is at
    most ``hot_share / N``; when every block is hot, the deepest block looked at.
 
@@ -41,7 +42,6 @@ from dataclasses import dataclass
 
 from prefixserving.router.policies.ranking import mix64
 
-_ROW_SEEDS = (0x5851F42D4C957F2D, 0x14057B7EF767814F)
 _RESCALE_AT = 2.0**64
 
 
@@ -64,8 +64,8 @@ class PrefixKeyParams:
             raise ValueError("window_requests must be at least 2")
         if self.min_requests < 1:
             raise ValueError("min_requests must be at least 1")
-        if self.sketch_width < 2 or self.sketch_width & (self.sketch_width - 1):
-            raise ValueError("sketch_width must be a power of two")
+        if not 2 <= self.sketch_width <= 1 << 32 or self.sketch_width & (self.sketch_width - 1):
+            raise ValueError("sketch_width must be a power of two, at most 2**32")
 
 
 class PrefixKeySelector:
@@ -73,14 +73,15 @@ class PrefixKeySelector:
 
     def __init__(self, params: PrefixKeyParams) -> None:
         self.params = params
-        self._rows = [[0.0] * params.sketch_width for _ in _ROW_SEEDS]
+        self._rows = ([0.0] * params.sketch_width, [0.0] * params.sketch_width)
         self._mask = params.sketch_width - 1
         self._growth = 1.0 / (1.0 - 1.0 / params.window_requests)
         self._increment = 1.0
         self._total = 0.0
 
-    def _slots(self, block: int) -> list[int]:
-        return [mix64(block ^ seed) & self._mask for seed in _ROW_SEEDS]
+    def _slots(self, block: int) -> tuple[int, int]:
+        mixed = mix64(block)
+        return mixed & self._mask, (mixed >> 32) & self._mask
 
     def observe(self, blocks: tuple[int, ...]) -> None:
         """Count one request's leading blocks."""

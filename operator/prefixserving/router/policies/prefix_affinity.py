@@ -40,6 +40,7 @@ pure function and the key state evolves identically from the same requests.
 | state | decayed block counts | counts + last choice per key | none | a counter |
 | under overload | next ranks, then least loaded | the other candidate | - | - |
 | on a join | ~1/N of keys move, all to the newcomer | ~2/N of keys change a candidate | - | - |
+| router replicas agree | yes (same loads) | on candidates | no | no |
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
 | hot prefix | split over 2 backends | stays on the first until the bound, then the second... |
 | balance | power of two choices, never a third backend | bounded load over all N |
 | state | counts + last choice per key | counts |
+| router replicas agree | on candidates; the pick follows each router's loads and memory | yes |
 """
 
 from __future__ import annotations

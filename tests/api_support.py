@@ -52,29 +52,50 @@ def third_party_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     return crd_schemas(SHARED_SCHEMAS)
 
 
-def strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a CRD's root schema that refuses unknown fields (kubectl's strict validation).
-    apiVersion, kind and metadata are always allowed at the root, as the API server does."""
+def _visit(node: Any, fix: Any) -> None:
+    """Apply ``fix`` to every schema node under ``node`` (properties, items, anyOf...)."""
+    if not isinstance(node, dict):
+        return
+    fix(node)
+    for child in node.get("properties", {}).values():
+        _visit(child, fix)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _visit(node[key], fix)
+    for key in ("anyOf", "allOf", "oneOf"):
+        for child in node.get(key, []):
+            _visit(child, fix)
+
+
+def _exclusive_bounds(node: dict[str, Any]) -> None:
+    for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if node.get(flag) is True:  # OpenAPI v3.0 form -> JSON Schema 2020 form
+            node[flag] = node.pop(bound)
+        elif node.get(flag) is False:
+            del node[flag]
+
+
+def _no_unknown_fields(node: dict[str, Any]) -> None:
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        node.setdefault("additionalProperties", False)
+
+
+def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an OpenAPI v3.0 schema (a CRD's) in JSON Schema 2020 terms: boolean exclusive
+    bounds become numeric ones."""
     out = copy.deepcopy(schema)
+    _visit(out, _exclusive_bounds)
+    return out
+
+
+def strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's root schema as JSON Schema 2020 that refuses unknown fields (kubectl's strict
+    field validation). apiVersion, kind and metadata are always allowed at the root, as the API
+    server does."""
+    out = json_schema(schema)
     implicit = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {}}
     out["properties"] = {**implicit, **out.get("properties", {})}
-
-    def visit(node: dict[str, Any]) -> None:
-        if not isinstance(node, dict):
-            return
-        props = node.get("properties")
-        if props is not None and not node.get("x-kubernetes-preserve-unknown-fields"):
-            node.setdefault("additionalProperties", False)
-        for child in (props or {}).values():
-            visit(child)
-        for key in ("items", "additionalProperties"):
-            if isinstance(node.get(key), dict):
-                visit(node[key])
-        for key in ("anyOf", "allOf", "oneOf"):
-            for child in node.get(key, []):
-                visit(child)
-
-    visit(out)
+    _visit(out, _no_unknown_fields)
     return out
 
 

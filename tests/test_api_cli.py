@@ -55,6 +55,18 @@ def test_validate_reports_yaml_errors(tmp_path: Path) -> None:
     result = run("validate", "-f", str(file))
     assert result.exit_code == 1
     assert "not valid YAML" in result.stderr
+    file.write_text("- a list\n- not an object\n")
+    result = run("validate", "-f", str(file))
+    assert result.exit_code == 1
+    assert "document 0 is a list, not a Kubernetes object" in result.stderr
+    result = run("validate", "-f", str(tmp_path / "missing.yaml"))
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_validate_reads_stdin() -> None:
+    text = (EXAMPLES / "minimal.yaml").read_text()
+    result = CliRunner().invoke(main, ["validate", "-f", "-"], input=text)
+    assert result.exit_code == 0, result.output
 
 
 def test_render_prints_a_yaml_stream_and_takes_the_policy_from_a_file(tmp_path: Path) -> None:

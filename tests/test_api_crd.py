@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from api_support import CrdValidator, apply_defaults
+from api_support import CrdValidator, apply_defaults, json_schema
 from prefixserving import constants
 from prefixserving.api import crd
 from prefixserving.api.validation import parse_resource, parse_scaling_policy
@@ -127,7 +127,7 @@ def test_every_default_validates_against_its_own_schema(file_name: str) -> None:
         if "default" in node:
             schema = {k: v for k, v in node.items() if k != "default"}
             value = apply_defaults(schema, copy.deepcopy(node["default"]))
-            jsonschema.Draft202012Validator(schema).validate(value)
+            jsonschema.Draft202012Validator(json_schema(schema)).validate(value)
 
 
 def test_cel_rules_name_existing_fields() -> None:
@@ -173,3 +173,13 @@ def test_cel_rules_only_read_bounded_fields() -> None:
                     continue  # the API server bounds metadata.name itself
                 names = set(re.findall(r"\.(\w+)", rule["rule"]))
                 assert _bounded_fields(node, names) == [], (path, rule["rule"])
+
+
+@pytest.mark.parametrize("version", ["1.29", "1.35"])
+@pytest.mark.parametrize("path", sorted(CHART_CRDS.glob("*.yaml")), ids=lambda p: p.name)
+def test_crd_manifests_pass_the_kubernetes_schema(path: Path, version: str) -> None:
+    """The CRD objects themselves (field names such as fieldPath, printer columns) are valid
+    apiextensions.k8s.io/v1 for both Kubernetes versions."""
+    from api_support import assert_all_valid
+
+    assert_all_valid([d for d in yaml.safe_load_all(path.read_text()) if d], version)

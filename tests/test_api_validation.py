@@ -129,6 +129,20 @@ INVALID: list[tuple[str, str, Any, str, bool]] = [
         True,
     ),
     (
+        "env-owned",
+        "spec.engine",
+        {"env": [{"name": "PREFIXSERVING_LANES", "value": "64"}]},
+        "spec.engine.env",
+        True,
+    ),
+    (
+        "gpu-memory-zero",
+        "spec.engine",
+        {"gpuMemoryUtilization": 0},
+        "spec.engine.gpuMemoryUtilization",
+        True,
+    ),
+    (
         "gpu-memory-above-1",
         "spec.engine",
         {"gpuMemoryUtilization": 1.5},

@@ -19,6 +19,7 @@ from prefixserving.sim.cluster_bench import (
     verdicts,
 )
 from prefixserving.sim.cluster_cli import cluster
+from prefixserving.sim.cluster_report import render_markdown
 from prefixserving.sim.replica import ServiceModel
 from prefixserving.sim.workloads import SharedPrefixGroups, scale_arrivals
 
@@ -85,8 +86,10 @@ def test_auto_cache_blocks_splits_the_footprint_with_room_for_the_bound() -> Non
     assert auto_cache_blocks(workload, 4) == -(-5 * workload.footprint_blocks // 16)
 
 
-def _row(policy: str, hit: float, balance: float) -> RunRow:
-    return RunRow("w", 4, 1, policy, 1.0, 100, 0.6, hit, hit / 0.6, balance, balance, 1, 2, {})
+def _row(policy: str, hit: float, balance: float, routers: int = 1) -> RunRow:
+    return RunRow(
+        "w", 4, routers, policy, 1.0, 100, 0.6, hit, hit / 0.6, balance, balance, 1, 2, {}
+    )
 
 
 def test_verdict_requires_hit_balance_and_the_lead() -> None:
@@ -105,6 +108,21 @@ def test_verdict_requires_hit_balance_and_the_lead() -> None:
     (verdict,) = verdicts([_row("prefix_affinity", 0.50, 1.30), _row("two_choice", 0.55, 1.30)])
     assert not verdict.hit_goal_met and not verdict.balance_goal_met
     assert verdict.two_choice_wins
+
+
+def test_default_verdict_follows_the_deployed_router_count() -> None:
+    rows = [
+        _row("prefix_affinity", 0.50, 1.10, routers=1),
+        _row("two_choice", 0.58, 1.05, routers=1),
+        _row("prefix_affinity", 0.57, 1.10, routers=2),
+        _row("two_choice", 0.52, 1.05, routers=2),
+    ]
+    meta = {"command": "c", "machine": "m", "wall_s": 1.0, "service": "s", "utilization": 0.5}
+    deployed_two = render_markdown(rows, verdicts(rows), {**meta, "deployed_routers": 2})
+    assert "| 1 | 1 of 1 |" in deployed_two and "| 2 | 0 of 1 |" in deployed_two
+    assert "default should be **prefix-affinity**" in deployed_two
+    deployed_one = render_markdown(rows, verdicts(rows), {**meta, "deployed_routers": 1})
+    assert "default should be **two-choice**" in deployed_one
 
 
 def test_cli_writes_json_and_markdown(tmp_path: Path, shared_dir: Path) -> None:

@@ -24,12 +24,11 @@ def emulator() -> Iterator[EmulatorThread]:
 
 
 @pytest.fixture(scope="module")
-def kube(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Kube:
+def kube(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     path = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube"))
-    import os
-
-    os.environ["KUBECONFIG"] = str(path)
-    return Kube(load_api_client(), field_manager="operator")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECONFIG", str(path))
+        yield Kube(load_api_client(), field_manager="operator")
 
 
 def deployment(name: str, ns: str, **spec: Any) -> dict[str, Any]:

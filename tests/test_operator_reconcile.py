@@ -409,7 +409,8 @@ def test_delete_cleans_up_through_the_finalizer(harness: Harness) -> None:
 
 
 def test_missing_policy_is_reported_until_it_is_created(harness: Harness) -> None:
-    body = resource("late", "t-late", autoscaling={"enabled": True, "policyRef": {"name": "later"}})
+    auto = {"enabled": True, "backend": "hpa", "policyRef": {"name": "later"}}
+    body = resource("late", "t-late", autoscaling=auto)
     del body["spec"]["replicas"]
     harness.create(body)
     degraded = wait_for(

@@ -1,6 +1,6 @@
 """Operator configurations: the HPA backend without the custom metrics API (prometheus-adapter)
 gives ScalerMissing while the HPA is still created; a namespaced operator touches nothing
-outside its namespaces."""
+outside its namespaces; with a peering name it registers for active-passive HA."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from prefixserving import constants
-from prefixserving.controller.kube import KINDS
+from prefixserving.controller.kube import KINDS, Kind
+from support.kube_emulator import resources
 from support.operator_harness import Harness, resource, wait_for
 
 HPA = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
@@ -58,5 +59,36 @@ def test_namespaced_operator_leaves_other_namespaces_alone(tmp_path: Path) -> No
         time.sleep(2)  # give the operator every chance to touch the other namespace
         assert harness.children("other", "out") == {}
         assert "status" not in harness.prefixserving("other", "out")
+    finally:
+        harness.close()
+
+
+def test_peering_runs_active_passive(tmp_path: Path) -> None:
+    """With a peering name the operator registers in the ClusterKopfPeering the chart creates
+    and still reconciles (one replica: it is the active one)."""
+    harness = Harness(
+        tmp_path,
+        extra_types=resources.KOPF_PEERING,
+        env={"PREFIXSERVING_PEERING": "prefixserving-operator"},
+    )
+    peering = KINDS.get(("kopf.dev/v1", "ClusterKopfPeering")) or Kind(
+        "kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False
+    )
+    try:
+        harness.kube.request(
+            "POST", peering.path(None), body={"metadata": {"name": "prefixserving-operator"}}
+        )
+        harness.start_operator()
+        harness.create(resource("peered", "t-peer"))
+        wait_for(lambda: harness.children("t-peer", "peered"), what="children with peering on")
+        obj = wait_for(
+            lambda: (
+                (o := harness.kube.get(peering, None, "prefixserving-operator"))
+                and o.get("status")
+                and o
+            ),
+            what="the operator's entry in the peering object",
+        )
+        assert len(obj["status"]) == 1  # this operator, alive
     finally:
         harness.close()

@@ -39,7 +39,7 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, settings.
     captured: dict[str, settings.Settings] = {}
     monkeypatch.setattr(cli, "run", lambda s, verbose=False: captured.setdefault("s", s))
     for key in settings.to_environ(settings.Settings()):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded, so the CLI's exports are undone afterwards
     result = CliRunner().invoke(cli.operator, list(args))
     return result, captured.get("s")
 

@@ -79,6 +79,9 @@ specs = st.fixed_dictionaries(
 )
 
 
+VALIDATOR = CrdValidator(crd.prefixserving_crd())
+
+
 def body_of(spec: dict[str, Any]) -> dict[str, Any]:
     body = copy.deepcopy(BASE)
     spec = dict(spec)
@@ -89,11 +92,11 @@ def body_of(spec: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs)
 def test_any_feature_combination_renders_valid_objects(spec: dict[str, Any]) -> None:
     body = body_of(spec)
-    assert CrdValidator(crd.prefixserving_crd()).errors(body) == []
+    assert VALIDATOR.errors(body) == []
     objects = render_children(parse_resource(body))
     assert_all_valid(objects, "1.29")
     names = [(o["kind"], o["metadata"]["name"]) for o in objects]

@@ -146,5 +146,7 @@ def test_queue_informed_lru_keeps_the_prefix_a_queued_request_needs() -> None:
         num_blocks=21,
     )
     fcfs, lru = run("fcfs", w)["records"], run("queue_lru", w)["records"]
-    assert fcfs["c"].cached_tokens == 0
-    assert lru["c"].cached_tokens >= 96
+    # Stock LRU: b's allocation evicts most of the prefix (freed before d's blocks).
+    assert fcfs["c"].cached_tokens <= 32
+    # Queue-informed: the prefix c needs was moved behind d's blocks and survives whole.
+    assert lru["c"].cached_tokens == 128

@@ -22,7 +22,13 @@ from prefixserving.api.validation import SpecError, parse_resource, parse_scalin
     help="Write one file per CRD here (e.g. crds/) instead of printing them.",
 )
 def crd(out_dir: Path | None) -> None:
-    """Print (or write) the PrefixServing and ScalingPolicy CRDs generated from the API models."""
+    """Print (or write) the PrefixServing and ScalingPolicy CRDs generated from the API models.
+
+    \b
+    Examples:
+      prefixserving crd | kubectl apply --server-side -f -
+      prefixserving crd --out-dir crds/
+    """
     if out_dir is None:
         click.echo("---\n".join(crd_module.dump(c) for c in crd_module.crds().values()), nl=False)
         return
@@ -31,18 +37,24 @@ def crd(out_dir: Path | None) -> None:
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
-    """Every non-empty YAML document of a file ('-' reads stdin); exits 1 on a YAML error."""
+    """Every non-empty YAML document of a file ('-' reads stdin); exits 1 on a YAML error or a
+    document that is not a mapping."""
     text = sys.stdin.read() if str(path) == "-" else path.read_text()
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as error:
         raise click.ClickException(f"{path}: not valid YAML: {error}") from None
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise click.ClickException(
+                f"{path}: document {index} is a {type(doc).__name__}, not a Kubernetes object"
+            )
+    return docs
 
 
-def check_document(doc: Any) -> Any:
+def check_document(doc: dict[str, Any]) -> Any:
     """Validate one document as a PrefixServing or ScalingPolicy by its kind."""
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    if kind == constants.POLICY_KIND:
+    if doc.get("kind") == constants.POLICY_KIND:
         return parse_scaling_policy(doc)
     return parse_resource(doc)
 
@@ -53,11 +65,17 @@ def check_document(doc: Any) -> Any:
     "--file",
     "path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path, allow_dash=True),
     help="YAML file with PrefixServing and/or ScalingPolicy documents ('-': stdin).",
 )
 def validate(path: Path) -> None:
-    """Check resources; print every problem with its field path and a hint; exit 1 if any."""
+    """Check resources; print every problem with its field path and a hint; exit 1 if any.
+
+    \b
+    Examples:
+      prefixserving validate -f my-model.yaml
+      kubectl get pfx my-model -o yaml | prefixserving validate -f -
+    """
     failed = False
     for index, doc in enumerate(load_documents(path)):
         name = (doc.get("metadata") or {}).get("name", f"document {index}")

@@ -3,7 +3,9 @@
 Algorithm: take pydantic's JSON schema (by alias), then turn it into a Kubernetes structural
 schema in one recursive pass: inline every ``$ref``; drop ``title``, ``additionalProperties:
 false`` and ``null`` defaults; turn ``X | None`` into ``X`` (``nullable`` under ``status``, where
-the operator may write nulls); turn ``const`` into a one-value ``enum``; give nested objects
+the operator may write nulls); turn ``const`` into a one-value ``enum`` and JSON Schema's
+numeric ``exclusiveMinimum``/``exclusiveMaximum`` into OpenAPI v3.0's bound plus boolean
+flag; give nested objects
 built by ``default_factory`` a ``default: {}`` so the API server fills in their fields; and add
 each model's CEL rules from ``api/validation.RULES`` as ``x-kubernetes-validations``.
 The result is deterministic (CI compares it with ``crds/`` and the chart's copy).
@@ -80,6 +82,10 @@ class _Converter:
                 continue
             if key == "const":
                 out["enum"] = [value]
+            elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+                # OpenAPI v3.0 (what the API server speaks): a bound plus a boolean flag.
+                out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+                out[key] = True
             elif key == "properties":
                 out[key] = {
                     name: self.convert(sub, status or name == "status")

@@ -642,7 +642,9 @@ class PrefixServingStatus(ApiModel):
         default=None, description="Generation of the spec the operator last acted on."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded and per-part conditions."
+        default_factory=list,
+        description="Ready, Progressing, Degraded and MetricsAvailable, one per type.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int | None = Field(default=None, description="Engine pods.")
     ready_replicas: int | None = Field(default=None, description="Engine pods that are Ready.")

@@ -40,7 +40,7 @@ def _policy(path: Path | None, wanted: str | None, docs: list[dict]) -> ScalingP
     "--file",
     "path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path, allow_dash=True),
     help="YAML file with one PrefixServing (and optionally its ScalingPolicy).",
 )
 @click.option(
@@ -50,7 +50,13 @@ def _policy(path: Path | None, wanted: str | None, docs: list[dict]) -> ScalingP
     help="YAML file with the ScalingPolicy that spec.autoscaling.policyRef names.",
 )
 def render(path: Path, policy_path: Path | None) -> None:
-    """Print the objects the operator would create for a PrefixServing (a GitOps preview)."""
+    """Print the objects the operator would create for a PrefixServing (a GitOps preview).
+
+    \b
+    Examples:
+      prefixserving render -f examples/minimal.yaml
+      prefixserving render -f my-model.yaml --policy examples/scalingpolicy-latency-first.yaml
+    """
     docs = load_documents(path)
     resources = [d for d in docs if d.get("kind") != constants.POLICY_KIND]
     if len(resources) != 1:

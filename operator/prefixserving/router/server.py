@@ -3,8 +3,9 @@
 uvicorn closes idle keep-alive connections (``timeout_keep_alive``) but waits forever for a
 request's headers once a client has sent a first byte, so a slow client can hold connections
 open. :class:`HeaderTimeoutProtocol` closes a connection whose request headers are not
-complete within ``header_timeout_s`` of the connection opening or of the previous response
-finishing. uvicorn's ``httptools`` protocol is the base (``uvicorn[standard]``).
+complete within ``header_timeout_s`` of the connection opening or of the first bytes of the
+next request on a kept-alive connection (idle kept-alive connections are uvicorn's
+``timeout_keep_alive``). uvicorn's ``httptools`` protocol is the base (``uvicorn[standard]``).
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm()
 
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+        super().data_received(data)
+
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

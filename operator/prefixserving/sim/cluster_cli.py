@@ -158,6 +158,7 @@ def cluster(
         "load_note": f"; load average {load:.1f}, other jobs were running" if busy else "",
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items() if k != "cache_blocks"),
         "utilization": utilization,
+        "deployed_routers": ROUTER_REPLICAS,
     }
     json_path, md_path = write_results(out_dir, rows, verdicts(rows), meta)
     click.echo(md_path.read_text())

@@ -9,7 +9,6 @@ Examples::
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -90,6 +89,7 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
     show_default=True,
 )
 @click.option("--name", default="replay", show_default=True, help="Output file base name.")
+@click.option("--note", "notes", multiple=True, help="A note to add to the results (repeatable).")
 @click.option("--list", "list_only", is_flag=True, help="List workloads and policies, then exit.")
 def replay(
     trace: Path | None,
@@ -110,6 +110,7 @@ def replay(
     overhead_waiting: str,
     out_dir: Path,
     name: str,
+    notes: tuple[str, ...],
     list_only: bool,
 ) -> None:
     """Replay workloads through vLLM's real scheduler (no model) for every policy side by
@@ -149,7 +150,12 @@ def replay(
         overhead_waiting=_parse_ints(overhead_waiting),
         out_dir=out_dir,
         name=name,
-        argv=["prefixserving", "bench", "replay", *sys.argv[3:]],
+        options={
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in click.get_current_context().params.items()
+            if v not in (None, ()) and k != "list_only"
+        },
+        notes=list(notes),
     )
     try:
         json_path, md_path = run_benchmark(spec, echo=lambda line: click.echo(line, err=True))

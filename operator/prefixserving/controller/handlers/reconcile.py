@@ -103,19 +103,18 @@ class Outcome:
     policy_missing: str = ""
 
     def degraded(self) -> cond.Condition:
-        if self.refused:
-            text = "; ".join(f"{ref}: {message}" for ref, message in self.refused)
-            return cond.Condition(
-                constants.COND_DEGRADED, True, constants.REASON_CHILD_REJECTED, text
-            )
-        if self.scaler_missing:
-            return cond.Condition(
-                constants.COND_DEGRADED, True, constants.REASON_SCALER_MISSING, self.scaler_missing
-            )
-        if self.policy_missing:
-            return cond.Condition(
-                constants.COND_DEGRADED, True, REASON_POLICY_NOT_FOUND, self.policy_missing
-            )
+        """Degraded: the most pressing reason (refused child, missing scaler, missing policy),
+        with every problem in the message."""
+        refused = "; ".join(f"{ref}: {message}" for ref, message in self.refused)
+        problems = [
+            (constants.REASON_CHILD_REJECTED, refused),
+            (constants.REASON_SCALER_MISSING, self.scaler_missing),
+            (REASON_POLICY_NOT_FOUND, self.policy_missing),
+        ]
+        found = [(reason, message) for reason, message in problems if message]
+        if found:
+            message = " | ".join(message for _, message in found)
+            return cond.Condition(constants.COND_DEGRADED, True, found[0][0], message)
         message = f"{len(self.applied)} objects applied"
         if self.skipped:
             message += f"; not served by this cluster, skipped: {', '.join(self.skipped)}"

@@ -105,17 +105,23 @@ def observe(kube: Kube, namespace: str, name: str, warmup: bool) -> Observation:
     return Observation(engine=engine, router=router, engine_container_ready=ready, warm=warm)
 
 
-def judge(observation: Observation) -> list[cond.Condition]:
-    """Ready and Progressing from an observation."""
+def judge(observation: Observation, namespace: str, name: str) -> list[cond.Condition]:
+    """Ready and Progressing from an observation. A pod serves once it is Ready (after its
+    warm-up when warm-up is on); "loaded" counts engine containers that are up."""
     engine, router = observation.engine, observation.router
-    engines = f"{engine.ready}/{engine.desired} engine replicas ready ({observation.warm} warm)"
+    engines = (
+        f"{engine.ready}/{engine.desired} engine replicas serving "
+        f"({observation.engine_container_ready} loaded)"
+    )
     routers = f"{router.ready}/{router.desired} router replicas ready"
     if not engine.exists or engine.ready == 0:
+        deployment = names.engine_deployment(name)
         ready = cond.Condition(
             constants.COND_READY,
             False,
             constants.REASON_ENGINE_UNAVAILABLE,
-            f"{engines}; see kubectl describe deployment for model loading or scheduling problems",
+            f"{engines}; for scheduling or model-loading problems run: "
+            f"kubectl -n {namespace} describe deployment {deployment}",
         )
     elif not router.exists or router.ready == 0:
         ready = cond.Condition(
@@ -158,7 +164,7 @@ def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
         return None  # invalid, or not reconciled yet: nothing to judge
     warmup = bool(((body.get("spec") or {}).get("warmup") or {}).get("enabled"))
     observation = observe(kube, meta["namespace"], meta["name"], warmup)
-    updates = judge(observation)
+    updates = judge(observation, meta["namespace"], meta["name"])
     if status.get("observedGeneration") != meta.get("generation"):
         updates = [u for u in updates if u.type != constants.COND_PROGRESSING]
     write_status(

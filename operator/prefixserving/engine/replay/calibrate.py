@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ DECODE_BATCHES = (1, 4, 16)
 DECODE_PROMPT = 128
 DECODE_TOKENS = 48
 LONG_CONTEXT = 4096
-REPEATS = 2
+REPEATS = 1
 VOCAB = 32000
 
 
@@ -91,9 +91,9 @@ class _Client:
         return [b - a for a, b in itertools.pairwise(stamps[1:])]
 
 
-async def _measure(url: str, model: str) -> list[Point]:
+async def _measure(url: str, model: str, log: Callable[[str], None]) -> list[Point]:
     c = _Client(url, model)
-    points: list[Point] = []
+    points = _LoggedPoints(log)
     async with httpx.AsyncClient(timeout=600) as client:
         await c.latency_s(client, 64)  # warm-up
         for _ in range(REPEATS):
@@ -112,12 +112,26 @@ async def _measure(url: str, model: str) -> list[Point]:
             gaps = await c.token_gaps_s(client, LONG_CONTEXT, DECODE_TOKENS)
             shape = StepShape(decode_seqs=1, context_tokens=LONG_CONTEXT + DECODE_TOKENS // 2)
             points.append(Point("long-context decode", shape, float(np.median(gaps))))
-    return points
+    return list(points)
 
 
-def calibrate(url: str, model: str, source: str) -> tuple[CostModel, list[dict[str, Any]]]:
+class _LoggedPoints(list[Point]):
+    """A list of points that logs each one as it is measured (long runs show progress)."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        super().__init__()
+        self.log = log
+
+    def append(self, point: Point) -> None:
+        super().append(point)
+        self.log(f"{point.kind}: {point.shape} -> {point.step_s:.4f} s")
+
+
+def calibrate(
+    url: str, model: str, source: str, log: Callable[[str], None] = print
+) -> tuple[CostModel, list[dict[str, Any]]]:
     """Measure the engine at ``url`` and fit; return the model and the raw points."""
-    points = asyncio.run(_measure(url, model))
+    points = asyncio.run(_measure(url, model, log))
     model_fit = fit(points, source)
     raw = [
         {

@@ -11,11 +11,15 @@ For each queue depth N (default 100, 1,000 and 10,000) and each policy:
    per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``.
 
 The reported figure is the mean CPU milliseconds per step (best of ``repeats``, to damp
-noise from other processes), and its ratio to stock FCFS at the same N.
+noise from other processes), and its ratio to stock FCFS at the same N. :func:`profile` runs
+one pass under ``cProfile`` and returns the functions with the most own time, for the report
+when a policy misses its overhead goal.
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import time
 from typing import Any
 
@@ -44,6 +48,36 @@ def measure(
             best = result
     assert best is not None
     return {"waiting": waiting, "steps": steps, **{k: round(v, 4) for k, v in best.items()}}
+
+
+def profile(
+    scheduler_cls: type[Scheduler], waiting: int, *, steps: int = 30, top: int = 15
+) -> list[dict[str, Any]]:
+    """The ``top`` functions by own CPU time over one measured pass (module docstring)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    _one_pass(scheduler_cls, waiting, steps)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (filename, line, name), (_, calls, own_s, cumulative_s, _) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append(
+            {
+                "function": f"{_short(filename)}:{line}({name})",
+                "calls": calls,
+                "own_ms": round(1000 * own_s, 3),
+                "cumulative_ms": round(1000 * cumulative_s, 3),
+            }
+        )
+    rows.sort(key=lambda r: r["own_ms"], reverse=True)
+    return rows[:top]
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "operator/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
 
 
 def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[str, float]:

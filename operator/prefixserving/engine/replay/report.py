@@ -174,6 +174,21 @@ def goals(
     return rows
 
 
+def over_budget(overhead: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """PEEK's worst queue depth when its CPU time per step exceeds ``OVERHEAD_GOAL`` x FCFS
+    there (the depth to profile), else None."""
+    base = {o["waiting"]: o["total_ms"] for o in overhead if o["policy"] == BASELINE}
+    worst: dict[str, Any] | None = None
+    for o in overhead:
+        b = base.get(o["waiting"])
+        if o["policy"] != CANDIDATE or not b:
+            continue
+        ratio = o["total_ms"] / b
+        if ratio > OVERHEAD_GOAL and (worst is None or ratio > worst["ratio"]):
+            worst = {"policy": CANDIDATE, "waiting": o["waiting"], "ratio": round(ratio, 3)}
+    return worst
+
+
 def _dev(value: float, base: float) -> float:
     return abs(value / base - 1) if base else 0.0
 
@@ -221,8 +236,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Replay benchmark: vLLM's real scheduler, simulated clock",
         "",
-        f"Generated {result['created']} by `prefixserving bench replay` "
-        f"({' '.join(result['settings'].get('argv', []))}).",
+        f"Generated {result['created']} by `prefixserving bench replay`; options: "
+        + ", ".join(f"{k}={v}" for k, v in result["settings"].get("options", {}).items())
+        + ".",
         "",
         f"Machine: {m['cores']} cores, {m['cpu']}, 1-minute load average {m['load_average_1m']} "
         "at the start (other jobs were running on this shared machine; the figures below are "
@@ -247,6 +263,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     if result["overhead"]:
         lines += _overhead_table(result["overhead"])
+    if result.get("overhead_profile"):
+        lines += _profile_table(result["overhead_profile"])
     if result["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)
@@ -298,6 +316,24 @@ def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
             f"| {o['policy']} | {o['waiting']:,} | {o['schedule_ms']:.3f} | "
             f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | {o['total_ms']:.3f} | "
             f"{_fmt(o['total_ms'] / b if b else None)} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _profile_table(prof: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Profile: {prof['policy']} at {prof['waiting']:,} waiting (x{prof['ratio']} FCFS)",
+        "",
+        "cProfile of one measured pass, functions by own time.",
+        "",
+        "| function | calls | own ms | cumulative ms |",
+        "|---|---|---|---|",
+    ]
+    for row in prof["top"]:
+        lines.append(
+            f"| `{row['function']}` | {row['calls']} | {row['own_ms']:.1f} | "
+            f"{row['cumulative_ms']:.1f} |"
         )
     lines.append("")
     return lines

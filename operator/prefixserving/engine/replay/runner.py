@@ -40,7 +40,8 @@ class BenchmarkSpec:
     overhead_waiting: list[int] = field(default_factory=list)
     out_dir: Path = Path("bench/results")
     name: str = "replay"
-    argv: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def cost_model(self) -> CostModel:
         if self.cost is None:
@@ -87,6 +88,22 @@ def build_workloads(spec: BenchmarkSpec) -> tuple[list[Workload], tuple[str, ...
     return suite.build(names, ctx), suite.SHARING, suite.CONTROL
 
 
+def _harness_notes(spec: BenchmarkSpec) -> list[str]:
+    notes = [
+        "Hit rate = cached prompt tokens at first admission / prompt tokens; every run's "
+        "figure is checked against vLLM's own prefix-cache counters (hit_rate_matches_vllm).",
+        "TTFT and throughput are in simulated seconds from the cost model, so they do not "
+        "depend on the load of the machine that ran the benchmark.",
+    ]
+    if spec.scale < 1:
+        notes.append(
+            f"Scale {spec.scale:g}: groups, documents and trace rows are {spec.scale:g} of the "
+            "issue's sizes (each request and each group keeps its shape) to fit the CPU budget; "
+            "`prefixserving bench replay --scale 1` runs the full sizes."
+        )
+    return notes
+
+
 def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Path, Path]:
     """Run ``spec``; write ``<out_dir>/<name>.json`` and ``.md``; return their paths."""
     cost = spec.cost_model()
@@ -96,9 +113,10 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
         "policies": spec.policies,
         "scale": spec.scale,
         "seed": spec.seed,
-        "argv": spec.argv,
+        "options": spec.options,
     }
     result = report.new_result(settings, cost.to_dict())
+    result["notes"] = [*spec.notes, *_harness_notes(spec)]
     paths = report.write(spec.out_dir, spec.name, result)
     for workload in built:
         entry: dict[str, Any] = {**workload.summary(), "runs": {}}
@@ -112,6 +130,16 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
                 f"({metrics['wall_s']:.0f}s wall)"
             )
         entry["ratios"] = report.ratios(entry["runs"])
+        peek = entry["runs"].get(report.CANDIDATE)
+        if (
+            peek is not None
+            and peek["longest_sibling_wait_s"] is None
+            and not any("sibling wait" in n for n in result["notes"])
+        ):
+            result["notes"].append(
+                "Longest sibling wait: the PEEK scheduler's replay_stats() reports no sibling "
+                "wait time, so the column is empty; its hold counters are in policy_stats."
+            )
         result["workloads"].append(entry)
         result["goals"] = report.goals(result["workloads"], result["overhead"], sharing, control)
         paths = report.write(spec.out_dir, spec.name, result)
@@ -121,5 +149,13 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
             result["overhead"].append(row)
             echo(f"overhead {waiting:>6} waiting {policy:>13}: {row['total_ms']:.3f} ms/step")
         result["goals"] = report.goals(result["workloads"], result["overhead"], sharing, control)
+        paths = report.write(spec.out_dir, spec.name, result)
+    over = report.over_budget(result["overhead"])
+    if over is not None and over["policy"] in classes:
+        result["overhead_profile"] = {
+            **over,
+            "top": overhead.profile(classes[over["policy"]], over["waiting"]),
+        }
+        echo(f"profiled {over['policy']} at {over['waiting']} waiting (over the overhead goal)")
         paths = report.write(spec.out_dir, spec.name, result)
     return paths

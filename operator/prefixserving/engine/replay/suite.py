@@ -12,6 +12,9 @@ scheduler"), built deterministically from a seed and the traces in ``../shared/t
 | docs             | (3) 16 shared 12,288-token documents x 8 questions, step budget 8,192  |
 | mooncake-1x/4x/16x | (4) Mooncake trace, offered load 0.5 at 1x, then compressed 4x, 16x  |
 | azure-code       | (5) no-sharing control from the Azure code trace, load 0.8             |
+| real-check       | the shape of ``bench/real_engine_peek.py`` (4 groups x 6, 1536 + 64    |
+|                  | tokens, 8 out, 2 req/s, block 128, budget 1024, chunks of 256), to     |
+|                  | compare the ranking of policies with the real CPU engine               |
 
 ``scale`` (0 < scale <= 1) shrinks every workload proportionally (groups, documents, trace
 rows) so smaller runs keep the same shape; 1.0 is the issue's size.
@@ -34,7 +37,7 @@ TRACES_ENV = "PREFIXSERVING_TRACES"
 MOONCAKE_FILE = "mooncake-synthetic.jsonl"
 AZURE_CODE_FILE = "azure-code-2023.csv"
 # Trace rows at scale 1.0 (the Mooncake file has 3,993; the Azure code one 8,818).
-MOONCAKE_ROWS = 3993
+MOONCAKE_ROWS = 2000
 AZURE_ROWS = 2000
 
 
@@ -144,6 +147,29 @@ def _azure(ctx: BuildContext) -> Workload:
     )
 
 
+def _real_check(ctx: BuildContext) -> Workload:
+    return workloads.gsp(
+        name="real-check",
+        description="4 groups x 6 prompts (1536 shared + 64 tokens, 8 out), 2 req/s, "
+        "block 128, budget 1024, long_prefill_token_threshold 256, cache 1024 blocks",
+        cost=ctx.cost,
+        base=replace(
+            ctx.base,
+            num_blocks=1024,
+            block_size=128,
+            max_num_batched_tokens=1024,
+            long_prefill_token_threshold=256,
+        ),
+        seed=ctx.seed,
+        groups=4,
+        prompts_per_group=6,
+        system_tokens=1536,
+        question_tokens=64,
+        output_tokens=8,
+        rate_rps=2.0,
+    )
+
+
 STANDARD: dict[str, Builder] = {
     "gsp-q25": _gsp("gsp-q25", cold=False, cache_fraction=0.25),
     "gsp-cold-q25": _gsp("gsp-cold-q25", cold=True, cache_fraction=0.25),
@@ -154,10 +180,12 @@ STANDARD: dict[str, Builder] = {
     "mooncake-4x": _mooncake(4.0),
     "mooncake-16x": _mooncake(16.0),
     "azure-code": _azure,
+    "real-check": _real_check,
 }
-# Workloads built for sharing (the hit-rate and TTFT p50 goals apply) and the control.
-SHARING = tuple(name for name in STANDARD if name != "azure-code")
+# Workloads built for sharing (the hit-rate and TTFT p50 goals apply) and the control;
+# real-check only compares rankings with the real engine.
 CONTROL = ("azure-code",)
+SHARING = tuple(name for name in STANDARD if name not in (*CONTROL, "real-check"))
 
 
 def build(names: Sequence[str], ctx: BuildContext) -> list[Workload]:

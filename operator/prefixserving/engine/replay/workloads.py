@@ -127,9 +127,11 @@ def gsp(
     cold_requests: int = 0,
     cache_fraction: float = 0.25,
     load: float = 0.9,
+    rate_rps: float | None = None,
     description: str = "",
 ) -> Workload:
-    """Shared-prefix groups (SGLang's generated-shared-prefix shape), shuffled, Poisson."""
+    """Shared-prefix groups (SGLang's generated-shared-prefix shape), shuffled, Poisson at
+    ``load`` x the estimated capacity, or at ``rate_rps`` requests/s when given."""
     prompts: list[tuple[tuple[Segment, ...], int]] = []
     for g in range(groups):
         system = ((NS_SYSTEM, seed, g), system_tokens)
@@ -149,6 +151,7 @@ def gsp(
         cache_fraction=cache_fraction,
         load=load,
         seed=seed,
+        rate_rps=rate_rps,
     )
 
 
@@ -241,11 +244,12 @@ def _assemble(
     load: float | None,
     seed: int,
     time_scale: float = 1.0,
+    rate_rps: float | None = None,
 ) -> Workload:
     """Size the cache, compute the ideal prefill, then place arrivals on the clock.
 
     ``shape``: arrival times from a trace (rescaled when ``load`` is set) or None for
-    Poisson arrivals at ``load`` times the estimated capacity.
+    Poisson arrivals at ``load`` times the estimated capacity (or at ``rate_rps``).
     """
     block = base.block_size
     for segments, output in prompts:
@@ -270,8 +274,11 @@ def _assemble(
         wanted = round(cache_fraction * shared_blocks)
     # +1: vLLM reserves one block (the null block).
     engine = replace(base, num_blocks=max(wanted, 2 * longest) + 1)
-    rate = arrival_rate_rps(prompts, prompt_lens, ideal_prefill, cost, engine)
-    arrivals = _arrivals(len(prompts), shape, rate, load, seed, time_scale)
+    if rate_rps is not None:
+        capacity, load = rate_rps, 1.0
+    else:
+        capacity = arrival_rate_rps(prompts, prompt_lens, ideal_prefill, cost, engine)
+    arrivals = _arrivals(len(prompts), shape, capacity, load, seed, time_scale)
     first_segments = Counter(segs[0] for segs, _ in prompts if segs and segs[0][1] >= block)
     requests = tuple(
         ReplayRequest(

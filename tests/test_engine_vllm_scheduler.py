@@ -9,12 +9,13 @@ import pytest
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from prefixserving.engine.replay.engine import EngineShape, build_scheduler, fast_block_hash
-from prefixserving.engine.vllm import PeekRequestQueue, PeekScheduler
+from prefixserving.engine.vllm import PeekAsyncScheduler, PeekRequestQueue, PeekScheduler
 from prefixserving.peek.lanes import SOLO_LANE
 
 BLOCK = 128
@@ -93,15 +94,22 @@ class Drive:
         raise AssertionError("requests did not finish")
 
 
-def test_chunked_prefill_siblings_wait_for_the_pioneer_then_hit() -> None:
+@pytest.mark.parametrize(
+    ("stock_cls", "peek_cls"),
+    [(Scheduler, PeekScheduler), (AsyncScheduler, PeekAsyncScheduler)],
+    ids=["sync", "async"],
+)
+def test_chunked_prefill_siblings_wait_for_the_pioneer_then_hit(
+    stock_cls: type[Scheduler], peek_cls: type[Scheduler]
+) -> None:
     """platform-facts: 8 requests sharing 3072 tokens, prefill cut into 512-token chunks."""
     runs = {}
-    for cls in (Scheduler, PeekScheduler):
+    for cls in (stock_cls, peek_cls):
         drive = Drive(cls)
         for i in range(8):
             drive.scheduler.add_request(make_request(f"r{i}", shared_prompt(i), arrival=i))
         runs[cls] = drive.run()
-    stock, peek = runs[Scheduler], runs[PeekScheduler]
+    stock, peek = runs[stock_cls], runs[peek_cls]
     ideal = SHARED_TOKENS + 8 * 64
     assert stock.prefill_tokens >= 6656
     assert peek.prefill_tokens == ideal

@@ -21,6 +21,7 @@ from support.operator_harness import Harness, resource, wait_for
 
 NAMESPACE, NAME = "t-metrics", "chat"
 POD = f"{NAME}-engine-7d9f8c6b5-x2k4p"  # what the Deployment's pods are called
+ROUTER_POD = f"{NAME}-router-5c8d7b9f4-q7w2z"
 
 
 class Exporter:
@@ -55,6 +56,33 @@ class Exporter:
         self.server.shutdown()
 
 
+class RouterExporter:
+    """One fake router whose prefix hygiene found timestamps before the shared prefix."""
+
+    def __init__(self, new_first_block_ratio: float, cause: str) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        ratio = prometheus_client.Gauge(
+            "prefixserving_router_new_first_block_ratio", "r", ["model"], registry=self.registry
+        )
+        ratio.labels(model="tiny-llama").set(new_first_block_ratio)
+        causes = prometheus_client.Gauge(
+            "prefixserving_router_prefix_hygiene_cause", "c", ["model", "cause"],
+            registry=self.registry,
+        )  # fmt: skip
+        causes.labels(model="tiny-llama", cause=cause).set(1)
+        self.server, self.thread = prometheus_client.start_http_server(
+            0, "127.0.0.1", self.registry
+        )
+        self.address = f"127.0.0.1:{self.server.server_port}"
+
+
+@pytest.fixture
+def router_exporter() -> Iterator[RouterExporter]:
+    exporter = RouterExporter(0.97, "timestamp")
+    yield exporter
+    exporter.server.shutdown()
+
+
 @pytest.fixture
 def exporters() -> Iterator[list[Exporter]]:
     running = [Exporter("0", 0.5, 4, 0.75), Exporter("1", 0.3, 2, 0.25)]
@@ -80,10 +108,14 @@ def metrics_of(h: Harness) -> dict:
 
 @pytest.mark.slow
 def test_status_metrics_from_prometheus_then_prometheus_down(
-    exporters: list[Exporter], tmp_path: Path
+    exporters: list[Exporter], router_exporter: RouterExporter, tmp_path: Path
 ) -> None:
-    labels = {"namespace": NAMESPACE, "pod": POD}
-    with running_prometheus([e.address for e in exporters], extra_labels=labels) as prom:
+    targets = [e.address for e in exporters] + [router_exporter.address]
+    with running_prometheus(
+        targets,
+        extra_labels={"namespace": NAMESPACE, "pod": POD},
+        target_labels={router_exporter.address: {"pod": ROUTER_POD}},
+    ) as prom:
         harness = Harness(tmp_path, env={"PREFIXSERVING_PROMETHEUS_URL": prom.url})
         try:
             harness.start_operator()
@@ -102,6 +134,10 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
             assert figures["kvCacheUsage"] == pytest.approx(0.4, abs=1e-6)
             assert figures["queueDepth"] == pytest.approx(3.0, abs=1e-6)
             assert figures["asOf"]
+            # Prefix hygiene from the router: the share and a hint naming the cause.
+            assert figures["firstBlockNewFraction"] == pytest.approx(0.97, abs=1e-6)
+            (hint,) = harness.prefixserving(NAMESPACE, NAME)["status"]["hints"]
+            assert "97%" in hint and "timestamp" in hint and "tiny-llama" in hint
             available = harness.condition(NAMESPACE, NAME, constants.COND_METRICS)
             assert available is not None and available["status"] == "True"
 

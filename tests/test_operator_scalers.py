@@ -71,9 +71,7 @@ def test_peering_runs_active_passive(tmp_path: Path) -> None:
         extra_types=resources.KOPF_PEERING,
         env={"PREFIXSERVING_PEERING": "prefixserving-operator"},
     )
-    peering = KINDS.get(("kopf.dev/v1", "ClusterKopfPeering")) or Kind(
-        "kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False
-    )
+    peering = Kind("kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
     try:
         harness.kube.request(
             "POST", peering.path(None), body={"metadata": {"name": "prefixserving-operator"}}

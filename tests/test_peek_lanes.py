@@ -11,9 +11,12 @@ LANE_KEYS = [SOLO_LANE, cluster_lane("a"), cluster_lane("b"), cluster_lane("c")]
 
 
 def pick_and_pop(lanes: Lanes[int], hot: set[str], cost: dict[str, int]) -> tuple[str, Pick]:
+    solo = lanes.lane_head(SOLO_LANE)
     picked = lanes.next_pick(lambda entry: entry.rid in hot)
     assert picked is not None
     entry, how = picked
+    # Requests that share nothing are never overtaken by a younger request.
+    assert solo is None or entry.seq <= solo.seq
     lanes.remove(entry.rid)
     lanes.charge(how, entry.lane, cost[entry.rid])
     return entry.rid, how

@@ -171,6 +171,25 @@ def test_engine_pod_names_match_the_promql_pod_regex() -> None:
     assert not re.fullmatch(promql.engine_pod_regex("chat"), "chat-engine-x-engine-7d9c5-x2x7k")
 
 
+def test_pull_secrets_reach_every_pod_and_annotations_keep_scraping() -> None:
+    objects = render(
+        {
+            "imagePullSecrets": [{"name": "registry"}],
+            "engine": {"podAnnotations": {"sidecar.istio.io/inject": "false"}},
+            "warmup": {"enabled": True},
+        }
+    )
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    annotations = find(objects, "Deployment", "engine")["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    assert annotations["sidecar.istio.io/inject"] == "false"
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert "imagePullSecrets" not in engine_pod(render({}))
+
+
 def test_ipc_host_only_on_request() -> None:
     assert engine_pod(render({"placement": {"ipc": "host"}}))["hostIPC"] is True
 
@@ -386,6 +405,7 @@ def test_keda_scaled_object_runs_the_promql_queries() -> None:
     assert kv["metricType"] == "Value" and kv["metadata"]["threshold"] == "0.75"
     assert queue["metadata"]["query"] == promql.queue_depth_total("llm", "mistral-support")
     assert queue["metricType"] == "AverageValue" and queue["metadata"]["threshold"] == "4"
+    assert kv["metadata"]["ignoreNullValues"] == queue["metadata"]["ignoreNullValues"] == "false"
     behavior = scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600
     assert "replicas" not in find(objects, "Deployment", "engine")["spec"]

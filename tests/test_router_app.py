@@ -10,7 +10,7 @@ import pytest
 
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
-from router_support import completion, fake_engines, metric_value, running_router
+from router_support import completion, eventually, fake_engines, metric_value, running_router
 
 
 def assert_openai_error(response, status: int, param: str | None = None) -> dict:
@@ -117,7 +117,8 @@ async def test_metrics_count_requests_decisions_and_latency() -> None:
         engines_by_url = {u: e for e, u in engines}
         engines_by_url[first_url].waiting = 7
         engines_by_url[first_url].kv_usage = 0.5
-        await asyncio.sleep(0.3)  # a few scrapes
+        state = r.router.pool.state(first_url)
+        await eventually(lambda: state is not None and state.waiting == 7 and state.kv_usage == 0.5)
         text = (await r.client.get("/metrics")).text
         m = "prefixserving_router_"
         assert metric_value(text, m + "requests_total", backend=first_url, outcome="ok") == 3

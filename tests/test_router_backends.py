@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from prefixserving.router.backends import (
@@ -14,7 +12,7 @@ from prefixserving.router.backends import (
     system_resolver,
 )
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
-from router_support import completion, fake_engines, metric_value, running_router
+from router_support import completion, eventually, fake_engines, metric_value, running_router
 
 
 def test_parse_load_reads_only_the_two_vllm_series() -> None:
@@ -78,18 +76,15 @@ async def test_failing_engine_is_ejected_then_probed_back_in() -> None:
                 response = await r.client.post("/v1/completions", json=completion(f"q{i}"))
                 assert response.json()["backend"] == well.name
             assert len(sick.received) == received
-            await asyncio.sleep(0.6)  # probes while /health fails keep it out
+            state = r.router.pool.state(sick_url)
+            await eventually(lambda: state is not None and state.ejections >= 2)  # a failed probe
             assert sick_url not in r.router.pool.healthy()
             text = (await r.client.get("/metrics")).text
             assert metric_value(text, "prefixserving_router_ejections_total", backend=sick_url) >= 2
             assert metric_value(text, "prefixserving_router_backend_healthy", backend=sick_url) == 0
             sick.healthy = True
             sick.fail_next = 0
-            for _ in range(40):
-                if sick_url in r.router.pool.healthy():
-                    break
-                await asyncio.sleep(0.05)
-            assert sick_url in r.router.pool.healthy()
+            await eventually(lambda: sick_url in r.router.pool.healthy())
             response = await r.client.post("/v1/completions", json=completion("back"))
             assert response.json()["backend"] == sick.name
 
@@ -119,17 +114,15 @@ async def test_dns_discovery_follows_the_records() -> None:
                     "backend"
                 ] == "pod-a"
                 records["engines.test"] = ["127.0.0.3", "127.0.0.2"]
-                await asyncio.sleep(0.2)
-                assert r.router.pool.healthy() == (url_a, url_b)
+                await eventually(lambda: r.router.pool.healthy() == (url_a, url_b))
                 records["engines.test"] = ["boom"]  # resolver trouble: keep the last list
-                await asyncio.sleep(0.2)
+                asked_before = len(asked)
+                await eventually(lambda: len(asked) >= asked_before + 3)
                 assert r.router.pool.healthy() == (url_a, url_b)
                 records["engines.test"] = ["127.0.0.3"]  # pod-a is no longer Ready
-                await asyncio.sleep(0.2)
-                assert r.router.pool.healthy() == (url_b,)
+                await eventually(lambda: r.router.pool.healthy() == (url_b,))
                 del records["engines.test"]  # no Ready pod at all
-                await asyncio.sleep(0.2)
-                assert r.router.pool.healthy() == ()
+                await eventually(lambda: r.router.pool.healthy() == ())
                 assert (await r.client.get("/readyz")).status_code == 503
             assert asked[0] == ("engines.test", port)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from prefixserving.router.policies.registry import make_policy
-from router_support import completion, fake_engines, metric_value, running_router
+from router_support import completion, eventually, fake_engines, metric_value, running_router
 
 GROUPS = [f"Group {g}: " + f"shared document number {g} with many words. " * 6 for g in range(12)]
 
@@ -15,14 +17,14 @@ def request(group: int, i: int) -> dict:
     return completion(GROUPS[group] + f"question {i}?")
 
 
-async def test_two_router_replicas_send_each_prefix_to_the_same_engine() -> None:
+@pytest.mark.parametrize("policy", ["prefix-affinity", "two-choice"])
+async def test_two_router_replicas_send_each_prefix_to_the_same_engine(policy: str) -> None:
     async with fake_engines(3) as engines:
         urls = [u for _, u in engines]
         async with (
-            running_router(urls, policy=make_policy("prefix-affinity")) as a,
-            running_router(list(reversed(urls)), policy=make_policy("prefix-affinity")) as b,
+            running_router(urls, policy=make_policy(policy)) as a,
+            running_router(list(reversed(urls)), policy=make_policy(policy)) as b,
         ):
-            await asyncio.sleep(0.2)  # both have scraped the same (idle) loads
             chosen: dict[int, set[str]] = {}
             for i in range(3):
                 for group in range(len(GROUPS)):
@@ -46,7 +48,8 @@ async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
         ) as r:
             home = (await r.client.post("/v1/completions", json=request(0, 0))).json()["backend"]
             by_name[home].waiting = 40  # scraped as vllm:num_requests_waiting
-            await asyncio.sleep(0.3)
+            home_url = next(u for e, u in engines if e.name == home)
+            await eventually(lambda: r.router.pool.state(home_url).waiting == 40)
             moved = {
                 (await r.client.post("/v1/completions", json=request(0, i))).json()["backend"]
                 for i in range(1, 6)
@@ -61,7 +64,7 @@ async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
             )
             assert spilled == 5
             by_name[home].waiting = 0
-            await asyncio.sleep(0.3)
+            await eventually(lambda: r.router.pool.state(home_url).waiting == 0)
             back = (await r.client.post("/v1/completions", json=request(0, 9))).json()["backend"]
             assert back == home
 

@@ -40,6 +40,11 @@ ROUTER_PORT: Final = 8080
 WARMUP_PORT: Final = 8090
 OPERATOR_HEALTH_PORT: Final = 8081
 
+# The router's prefix key: blocks of this many characters (a quarter as many token ids), this
+# many blocks deep (4 KiB of leading text), so long system prompts still separate by what follows.
+ROUTER_BLOCK_CHARS: Final = 128
+ROUTER_PREFIX_BLOCKS: Final = 32
+
 # The scheduler class vLLM loads through --scheduler-cls when policy is "peek".
 PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"
 

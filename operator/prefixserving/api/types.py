@@ -62,6 +62,12 @@ class ApiModel(BaseModel):
 # --------------------------------------------------------------------------------------- model
 
 
+class LocalObjectReference(ApiModel):
+    """A reference to an object in the resource's namespace, by name."""
+
+    name: DnsName = Field(description="Name of the object.")
+
+
 class PvcSource(ApiModel):
     """Files on a PersistentVolumeClaim, mounted read-only into the engine pod."""
 
@@ -197,6 +203,10 @@ class EngineSpec(ApiModel):
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default=defaults.IMAGE_PULL_POLICY, description="Pull policy of the engine image."
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra annotations on the engine pods (e.g. for a service mesh or Kueue).",
     )
     tensor_parallel_size: int = Field(
         default=defaults.TENSOR_PARALLEL_SIZE,
@@ -578,6 +588,11 @@ class PrefixServingSpec(ApiModel):
     """Desired state of a PrefixServing: a prefix-cached vLLM fleet behind a prefix router."""
 
     model: ModelSpec = Field(description="The model to serve.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets for pulling the engine, router and warm-up images.",
+    )
     engine: EngineSpec = Field(default_factory=EngineSpec, description="The vLLM engine pods.")
     scheduler: SchedulerSpec = Field(
         default_factory=SchedulerSpec, description="The engine's scheduler."

@@ -279,6 +279,12 @@ def too_few_up(scope: Scope, component: str, minimum: int) -> str:
     return f"(count({healthy}) or vector(0)) < {minimum}"
 
 
+def first_block_new_fraction(namespace: str, name: str) -> str:
+    """The largest share, over the resource's router pods and models, of requests whose first
+    prefix block the router had never seen (prefix hygiene; ``status.metrics``)."""
+    return f"max({ROUTER_NEW_FIRST_BLOCK_RATIO}{router_selector(namespace, name)})"
+
+
 def warmup_timed_out(scope: Scope, window: str = "15m") -> str:
     """Engine pods whose warm-up timed out within ``window``.
 

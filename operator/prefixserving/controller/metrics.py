@@ -1,12 +1,15 @@
 """The figures of ``status.metrics``, queried from Prometheus with ``prometheus-api-client``.
 
-Three instant queries per resource (the PromQL is in ``prefixserving.autoscaling.promql``,
-shared with the autoscalers): the prefix-cache hit rate over 5 minutes (rate of hit tokens /
-rate of queried tokens), the average KV cache usage and the average queue depth per engine pod.
+Five instant queries per resource (the PromQL is in ``prefixserving.autoscaling.promql``,
+shared with the autoscalers and alerts): the prefix-cache hit rate over 5 minutes (rate of hit
+tokens / rate of queried tokens), the average KV cache usage, the average queue depth per
+engine pod, and the router's prefix hygiene: the largest share of requests whose first prefix
+block was never seen before, and, per model above the threshold, the cause the router
+diagnosed, turned into a hint (``status.hints``) by the router's own wording.
 A query with no series (no engine scraped yet, or no traffic in the window: 0/0) yields None
 for that figure. Any transport error, timeout or Prometheus error raises
 :class:`MetricsUnavailable` with a message fit for a condition; the caller degrades only the
-metrics block. Cost: three HTTP requests, each bounded by ``timeout_s``.
+metrics block. Cost: five HTTP requests, each bounded by ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from prefixserving.api import defaults
 from prefixserving.autoscaling import promql
+from prefixserving.router.hygiene import Cause, hint
 
 
 class MetricsUnavailable(Exception):
@@ -30,6 +35,8 @@ class Figures:
     hit_rate: float | None
     kv_cache_usage: float | None
     queue_depth: float | None
+    first_block_new_fraction: float | None = None
+    hints: tuple[str, ...] = ()
 
     def as_status(self, as_of: str) -> dict[str, float | str | None]:
         """camelCase keys of ``status.metrics``."""
@@ -37,6 +44,7 @@ class Figures:
             "hitRate": self.hit_rate,
             "kvCacheUsage": self.kv_cache_usage,
             "queueDepth": self.queue_depth,
+            "firstBlockNewFraction": self.first_block_new_fraction,
             "asOf": as_of,
         }
 
@@ -49,8 +57,34 @@ def _scalar(client: PrometheusConnect, query: str, timeout_s: float) -> float | 
     return None if math.isnan(value) or math.isinf(value) else round(value, 6)
 
 
-def query(url: str, namespace: str, name: str, timeout_s: float) -> Figures:
-    """Query the three figures of one PrefixServing; raises :class:`MetricsUnavailable`."""
+def _hygiene_hints(
+    client: PrometheusConnect, namespace: str, name: str, threshold: float, timeout_s: float
+) -> tuple[str, ...]:
+    """One hint per model whose new-first-block share is above ``threshold``."""
+    query = promql.prefix_hygiene(promql.resource_scope(namespace, name), threshold)
+    result = client.custom_query(query, timeout=timeout_s)  # type: ignore[arg-type]
+    return tuple(
+        sorted(
+            hint(
+                r["metric"].get("model", ""),
+                float(r["value"][1]),
+                Cause(r["metric"]["cause"]),
+                None,
+            )
+            for r in result
+            if r["metric"].get("cause") in Cause.__members__.values()
+        )
+    )
+
+
+def query(
+    url: str,
+    namespace: str,
+    name: str,
+    timeout_s: float,
+    hygiene_threshold: float = defaults.FIRST_BLOCK_NEW_THRESHOLD,
+) -> Figures:
+    """Query the figures of one PrefixServing; raises :class:`MetricsUnavailable`."""
     # No retries: a slow or missing Prometheus must cost at most one timeout per query.
     client = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, read=False))
     try:
@@ -58,6 +92,10 @@ def query(url: str, namespace: str, name: str, timeout_s: float) -> Figures:
             hit_rate=_scalar(client, promql.prefix_cache_hit_rate(namespace, name), timeout_s),
             kv_cache_usage=_scalar(client, promql.kv_cache_usage(namespace, name), timeout_s),
             queue_depth=_scalar(client, promql.queue_depth_per_replica(namespace, name), timeout_s),
+            first_block_new_fraction=_scalar(
+                client, promql.first_block_new_fraction(namespace, name), timeout_s
+            ),
+            hints=_hygiene_hints(client, namespace, name, hygiene_threshold, timeout_s),
         )
     except requests.Timeout as exc:
         raise MetricsUnavailable(

@@ -29,6 +29,7 @@ from typing import Any
 
 from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import BlockHash, KVCacheBlock, get_block_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -122,12 +123,14 @@ def _served_name(name: str | list[str] | None) -> str:
     return name or ""
 
 
-class PeekScheduler(Scheduler):
-    """vLLM's scheduler with PEEK's waiting queue. Same constructor as ``Scheduler``.
+class PeekSchedulerMixin(Scheduler):
+    """PEEK on top of vLLM's ``Scheduler`` or ``AsyncScheduler``; same constructor.
 
     ``clock`` (seconds, monotonic) times sibling holds; a replay harness with a simulated clock
     passes its own through :meth:`use_clock`.
     """
+
+    waiting: PeekRequestQueue  # type: ignore[assignment]
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
@@ -213,3 +216,14 @@ class PeekScheduler(Scheduler):
             sibling_holds=stats.holds,
             pressure_steps=stats.pressure_steps,
         )
+
+
+class PeekScheduler(PeekSchedulerMixin, Scheduler):
+    """``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``: PEEK on vLLM's scheduler
+    (synchronous scheduling, as on the CPU platform)."""
+
+
+class PeekAsyncScheduler(PeekSchedulerMixin, AsyncScheduler):
+    """``--scheduler-cls prefixserving.engine.vllm.PeekAsyncScheduler``: PEEK on vLLM's
+    ``AsyncScheduler``, for GPU engines that run with ``--async-scheduling`` (a plain
+    ``Scheduler`` subclass makes vLLM warn that async scheduling is lost)."""

@@ -4,31 +4,39 @@ Every waiting request sits in one **lane**: one lane per cluster (requests whose
 block is shared with another waiting request or is already cached; keyed by that block's hash)
 plus one **solo** lane for requests that share nothing. Inside a lane the order is arrival order.
 
-Across lanes two classes of picks are **stride**-scheduled on prefill tokens:
+**Algorithm**. Without cache pressure (the eviction guard finds no needed block among the blocks
+the next step could evict) the order is exactly FCFS: the oldest presentable request of all
+lanes (the *spine*). Under pressure, when waiting costs hits, two mechanisms reorder:
 
-* the **FCFS spine**: the oldest presentable request of all lanes (exactly vLLM's FCFS order);
-* **ride-along**: the oldest head among *hot* lanes, a head whose prompt is mostly cached (for
-  example the siblings right behind their pioneer). Ride-along is only switched on while the
-  eviction guard reports cache pressure, i.e. while waiting would likely cost the hit.
+1. **Lane stride** (Waldspurger and Weihl's stride scheduling): each lane has a pass; the lane
+   with the lowest pass presents its head; admitting ``c`` prefill tokens (uncached tokens, at
+   least one block) from a lane of ``k`` waiting requests advances its pass by ``c / k``. So
+   every waiting request gets an equal share of prefill tokens and a large cluster, whose
+   members are cheap once its prefix is cached, drains quickly without starving small lanes.
+   A new lane starts at the current global pass and cannot bank credit.
+2. **Ride-along**: the oldest head among *hot* lanes (a head whose prompt is mostly cached, for
+   example the siblings right behind their pioneer) goes next, as long as the ride-along class
+   has used at most the share ``s`` of prefill tokens: picks advance a ride-along pass by
+   ``c / s`` and the other picks a spine pass by ``c / (1 - s)``; ride-along picks while its
+   pass is not ahead (an idle ride-along class cannot bank credit).
 
-Each class has a pass value. A pick of ``c`` prefill tokens (uncached tokens, at least one
-block) advances the spine's pass by ``c / (1 - s)`` or the ride-along pass by ``c / s``, where
-``s`` is the ride-along share; the class with the lower pass picks next, and an idle ride-along
-class cannot bank credit (its pass is lifted to the spine's). A hot cluster therefore gets at
-most the share ``s`` of the prefill tokens ahead of FCFS order and cannot starve anyone.
+**Bounds** (documented guarantees, checked by property tests):
 
-**Extra-wait bound** (documented guarantee, checked by a property test): between two spine
-picks, ride-along admits at most ``s / (1 - s) * c_prev + c_max`` prefill tokens, where
-``c_prev`` is the cost of the previous spine pick and ``c_max`` the largest single request. So
-the FCFS head is admitted after at most that much out-of-order prefill work, and a request's
-position in prefill work is at most ``1 / (1 - s)`` times its FCFS position plus one request.
-With pressure off, the order is exactly FCFS.
+* a request of the solo lane is never overtaken by a younger request: neither mechanism picks
+  a request younger than the solo lane's head, so requests that share nothing keep their FCFS
+  position and their wait is at most FCFS's over the same admitted work;
+* between two non-ride-along picks, ride-along admits at most ``s / (1 - s) * c_prev + c_max``
+  prefill tokens (``c_prev``: cost of the previous pick, ``c_max``: largest request);
+* under lane stride a request at the head of its lane of ``k`` is admitted after at most
+  ``W * c_max / k`` prefill tokens of other lanes, ``W`` being the waiting requests (its lane's
+  pass is at most one stride ahead of the global pass);
+* a held sibling's extra wait is bounded separately by ``maxSiblingWaitMs`` (holding module).
 
-**Parameters**: ``ride_share`` (default 0.5), ``hot_min_cached_fraction`` (0.5: a head is hot
-when at least half its prompt tokens are cached), ``max_hot_lanes`` (16 most recently hot).
+**Parameters**: ``ride_share`` (default 0.5), ``max_hot_lanes`` (16 most recently hot); the
+queue decides hotness (half the prompt cached) and pressure.
 
-**Cost**: add / park / unpark / remove are O(log n) (binary heaps with lazy deletion); a pick is
-O(max_hot_lanes * blocks) for the hot check plus amortised O(log n). Nothing walks the queue.
+**Cost**: add / park / unpark / remove / charge are O(log n) (binary heaps with lazy deletion);
+a pick is O(max_hot_lanes) hot checks plus amortised O(log n). Nothing walks the queue.
 """
 
 from __future__ import annotations
@@ -211,6 +219,8 @@ class Lanes(Generic[R]):
             return None
         if not self.ride_enabled:
             return spine, Pick.FCFS
+        # A request that shares nothing is never overtaken by a younger one.
+        solo = self.lane_head(SOLO_LANE)
         if self.ride_share > 0 and self.ride_pass <= self.spine_pass:
             ride = self._oldest_hot_head(is_hot)
             if ride is not None:
@@ -218,7 +228,9 @@ class Lanes(Generic[R]):
         if self.ride_pass < self.spine_pass:
             self.ride_pass = self.spine_pass
         stride = self._stride_head()
-        return (spine, Pick.FCFS) if stride is None else (stride, Pick.STRIDE)
+        if stride is None or (solo is not None and solo.seq < stride.seq):
+            return spine, Pick.FCFS
+        return stride, Pick.STRIDE
 
     def charge(self, pick: Pick, lane: Hashable, cost_tokens: float) -> None:
         """Account ``cost_tokens`` of prefill just admitted from ``lane`` (already removed):

@@ -77,6 +77,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
             "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
         },
         "nonroot_uid": NONROOT_UID,
+        "image_pull_secrets": [ref.model_dump() for ref in spec.image_pull_secrets],
         "autoscaling": autoscaling_context(resource, auto),
         "monitoring": {
             "labels": spec.monitoring.labels,

@@ -135,6 +135,13 @@ def engine_context(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> dict[
     return {
         "image": engine.image,
         "pull_policy": engine.image_pull_policy,
+        # Prometheus scrape annotations (the kubernetes-pods job) win over the spec's.
+        "pod_annotations": engine.pod_annotations
+        | {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(constants.ENGINE_PORT),
+            "prometheus.io/path": "/metrics",
+        },
         "args": args,
         "env": engine_env(spec),
         "resources": engine_resources(spec),

@@ -10,8 +10,10 @@ import click
 
 from prefixserving import constants
 from prefixserving.router.keys import DEFAULT_BLOCK_CHARS, DEFAULT_PREFIX_BLOCKS, KeyConfig
+from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 
-POLICIES = ("prefix-affinity", "two-choice", "round-robin", "least-loaded")
+POLICIES = tuple(name.replace("_", "-") for name in POLICY_NAMES)
+# Policies with a load bound (the others balance without affinity).
 _BOUNDED_POLICIES = {"prefix-affinity", "two-choice"}
 
 
@@ -59,7 +61,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 
 @click.command()
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--port", default=constants.ROUTER_PORT, show_default=True, type=int)
+@click.option("--port", default=constants.ROUTER_PORT, show_default=True, type=int, help="Port.")
 @click.option(
     "--backend",
     "backends",
@@ -72,7 +74,12 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     metavar="NAME:PORT",
     help="Headless Service of the engines, resolved continuously (Ready pods only).",
 )
-@click.option("--policy", type=click.Choice(POLICIES), default="prefix-affinity", show_default=True)
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default=DEFAULT_POLICY.replace("_", "-"),
+    show_default=True,
+)
 @click.option(
     "--load-bound",
     type=float,
@@ -99,9 +106,23 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     metavar="NAME",
     help="Base model name; any other 'model' value is keyed as a LoRA adapter of its own.",
 )
-@click.option("--max-body-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024)
-@click.option("--scrape-interval-s", type=click.FloatRange(min=0.05), default=1.0)
-@click.option("--log-format", type=click.Choice(("text", "json")), default="text")
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1),
+    default=16 * 1024 * 1024,
+    show_default=True,
+    help="Largest request body; bigger ones answer 413.",
+)
+@click.option(
+    "--scrape-interval-s",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="How often each engine's /metrics is read for its queue and KV usage.",
+)
+@click.option(
+    "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
+)
 def router(
     host: str,
     port: int,

@@ -168,7 +168,8 @@ def diagnose(samples: list[tuple[ContentKind, str]]) -> tuple[Cause, int | None]
     return cause, offset
 
 
-def _hint(model: str, ratio: float, cause: Cause, offset: int | None) -> str:
+def hint(model: str, ratio: float, cause: Cause, offset: int | None) -> str:
+    """One sentence for the resource's status: how much, where, the likely cause, the fix."""
     share = f"{ratio:.0%} of requests for model {model!r} start with a prefix block never seen"
     if cause is Cause.NO_SHARED_PREFIX:
         return (
@@ -233,7 +234,7 @@ class PrefixHygiene:
             cause, offset = diagnose(list(stats.recent_new))
             out.append(
                 HygieneReport(
-                    model, requests, ratio, cause, offset, _hint(model, ratio, cause, offset)
+                    model, requests, ratio, cause, offset, hint(model, ratio, cause, offset)
                 )
             )
         return out

@@ -31,8 +31,8 @@ the first ``k`` full blocks of content. The hash is stable across processes and 
 - ``block_chars`` (default 128): characters per block of text and rendered chat.
 - ``block_tokens`` (default ``block_chars // 4``, i.e. 32): ids per block of a token prompt
   (about four characters per token).
-- ``prefix_blocks`` (default 16): depth; the key covers the first ``block_chars *
-  prefix_blocks`` characters (2 KiB) or ``block_tokens * prefix_blocks`` ids (512).
+- ``prefix_blocks`` (default 32): depth; the key covers the first ``block_chars *
+  prefix_blocks`` characters (4 KiB) or ``block_tokens * prefix_blocks`` ids (1,024).
 
 **Cost**: O(``prefix_blocks * block_chars``) per request: at most ``prefix_blocks`` BLAKE2b
 digests of one block each. Rendering stops once the depth is covered and only the hashed
@@ -49,8 +49,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_BLOCK_CHARS = 128
-DEFAULT_PREFIX_BLOCKS = 16
+from prefixserving import constants
+
+DEFAULT_BLOCK_CHARS = constants.ROUTER_BLOCK_CHARS
+DEFAULT_PREFIX_BLOCKS = constants.ROUTER_PREFIX_BLOCKS
 CHARS_PER_TOKEN = 4
 
 _DIGEST_BYTES = 8

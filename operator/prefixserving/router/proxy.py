@@ -215,15 +215,18 @@ class Exchange:
                 "headers": downstream_headers(response.raw_headers),
             }
         )
-        if attempt.first:
-            await send({"type": "http.response.body", "body": attempt.first, "more_body": True})
+        # A whole answer already read (most non-streamed ones) goes out in one write.
+        whole = response.content.at_eof()
+        first = attempt.first or b""
+        await send({"type": "http.response.body", "body": first, "more_body": not whole})
         self.metrics.added_latency.observe(before_s + time.perf_counter() - received_at)
-        try:
-            async for chunk in response.content.iter_any():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except _TRANSPORT_ERRORS:
-            return  # after the first byte: end the client's response early
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not whole:
+            try:
+                async for chunk in response.content.iter_any():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except _TRANSPORT_ERRORS:
+                return  # after the first byte: end the client's response early
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._completed = True
         self._outcome = _outcome(response.status)
         if response.status < 500:

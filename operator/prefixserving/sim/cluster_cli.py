@@ -68,7 +68,11 @@ def _policy_names(values: tuple[str, ...]) -> list[str]:
     help="Also run generated shared-prefix groups (system prompt, Zipf documents, questions).",
 )
 @click.option(
-    "--replicas", "replica_counts", type=click.IntRange(1), multiple=True, help="Default: 4 8 16."
+    "--replicas",
+    "replica_counts",
+    type=click.IntRange(1),
+    multiple=True,
+    help="Engine replicas N (repeatable). Default: 4, 8 and 16.",
 )
 @click.option(
     "--routers",

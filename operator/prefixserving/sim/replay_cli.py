@@ -74,7 +74,7 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
 @click.option(
     "--cost",
     help="Cost model as BASE_S,PREFILL_TOKEN_S,DECODE_SEQ_S,CONTEXT_TOKEN_S "
-    "(default: the CPU-calibrated one).",
+    "(default: DEFAULT_COST in prefixserving.engine.replay.cost).",
 )
 @click.option(
     "--overhead-waiting",

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixserving import constants
-from prefixserving.api import names
+from prefixserving.api import defaults, names
+from prefixserving.api.validation import SpecError, parse_resource
 from prefixserving.controller import conditions as cond
 from prefixserving.controller import metrics
 from prefixserving.controller.handlers.reconcile import write_status
@@ -201,7 +202,9 @@ def refresh_metrics(
         )
         return None
     try:
-        figures = metrics.query(prometheus_url, meta["namespace"], meta["name"], timeout_s)
+        figures = metrics.query(
+            prometheus_url, meta["namespace"], meta["name"], timeout_s, _hygiene_threshold(body)
+        )
     except metrics.MetricsUnavailable as exc:
         write_status(
             kube,
@@ -225,6 +228,14 @@ def refresh_metrics(
                 f"queried {prometheus_url}",
             )
         ],
-        {"metrics": figures.as_status(cond.now_rfc3339())},
+        {"metrics": figures.as_status(cond.now_rfc3339()), "hints": list(figures.hints)},
     )
     return figures
+
+
+def _hygiene_threshold(body: Mapping[str, Any]) -> float:
+    """The resource's prefix-hygiene threshold (the default while its spec is invalid)."""
+    try:
+        return parse_resource(body).spec.monitoring.alerts.first_block_new_threshold
+    except SpecError:
+        return defaults.FIRST_BLOCK_NEW_THRESHOLD

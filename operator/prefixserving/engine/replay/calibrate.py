@@ -11,7 +11,9 @@ unique, so nothing hits the prefix cache):
   the first is one step of ``decode_seqs = B`` and ``context_tokens = B * mean context``.
 
 :func:`fit` solves the least-squares problem ``step_s = base_s + prefill_token_s * P +
-decode_seq_s * D + context_token_s * C`` over all points, coefficients clamped at zero.
+decode_seq_s * D + context_token_s * C`` over all points in *relative* error (each row is
+divided by its measured time, so a 100 s prefill does not drown a 40 ms decode step),
+coefficients clamped at zero.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ class Point:
 
 
 def fit(points: Sequence[Point], source: str) -> CostModel:
-    """Least-squares fit of the four coefficients over ``points`` (clamped at zero)."""
+    """Least-squares fit of the four coefficients over ``points``, in relative error,
+    clamped at zero (module docstring)."""
     rows = [
         [1.0, p.shape.prefill_tokens, p.shape.decode_seqs, p.shape.context_tokens] for p in points
     ]
-    target = [p.step_s for p in points]
-    coef, *_ = np.linalg.lstsq(np.asarray(rows), np.asarray(target), rcond=None)
+    weights = np.asarray([1.0 / max(p.step_s, 1e-9) for p in points])
+    target = np.ones(len(points))
+    coef, *_ = np.linalg.lstsq(np.asarray(rows) * weights[:, None], target, rcond=None)
     base, prefill, decode, context = (max(0.0, float(c)) for c in coef)
     return CostModel(base, prefill, decode, context, source=source)
 
@@ -125,6 +129,18 @@ class _LoggedPoints(list[Point]):
     def append(self, point: Point) -> None:
         super().append(point)
         self.log(f"{point.kind}: {point.shape} -> {point.step_s:.4f} s")
+
+
+def points_from_json(raw: Sequence[dict[str, Any]]) -> list[Point]:
+    """Points back from the ``points`` list a calibration wrote (to refit them)."""
+    return [
+        Point(
+            str(r["kind"]),
+            StepShape(int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["context_tokens"])),
+            float(r["step_s"]),
+        )
+        for r in raw
+    ]
 
 
 def calibrate(

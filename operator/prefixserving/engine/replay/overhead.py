@@ -26,7 +26,7 @@ from typing import Any
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from prefixserving.engine.replay.engine import EngineShape, build_scheduler
-from prefixserving.engine.replay.harness import _fabricate, _request_factory
+from prefixserving.engine.replay.harness import fabricate_output, request_factory
 from prefixserving.engine.replay.workloads import NS_QUESTION, NS_SYSTEM, ReplayRequest
 
 GROUP_SIZE = 16
@@ -84,7 +84,7 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
     scheduler = build_scheduler(scheduler_cls, ENGINE)
     if hasattr(scheduler, "use_clock"):
         scheduler.use_clock(time.monotonic)
-    make = _request_factory(ENGINE)
+    make = request_factory(ENGINE)
     counter = 0
 
     def top_up() -> None:
@@ -100,7 +100,7 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
         t0 = time.process_time()
         output = scheduler.schedule()
         t1 = time.process_time()
-        scheduler.update_from_output(output, _fabricate(output, scheduler))
+        scheduler.update_from_output(output, fabricate_output(output, scheduler))
         t2 = time.process_time()
         top_up()
         t3 = time.process_time()

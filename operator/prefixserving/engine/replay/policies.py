@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import importlib
-
-from vllm.v1.core.sched.scheduler import Scheduler
+from typing import TYPE_CHECKING
 
 from prefixserving import constants
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.scheduler import Scheduler
 
 BASELINE = "fcfs"
 
@@ -25,7 +27,10 @@ POLICIES: dict[str, str] = {
 
 
 def scheduler_class(name: str) -> type[Scheduler]:
-    """The scheduler class of policy ``name``; ``KeyError`` names the known policies."""
+    """The scheduler class of policy ``name`` (imports vLLM); ``KeyError`` names the known
+    policies."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
     try:
         target = POLICIES[name]
     except KeyError:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixserving.engine.replay import overhead, report, suite, workloads
-from prefixserving.engine.replay.cost import CPU_CALIBRATED, CostModel
+from prefixserving.engine.replay.cost import DEFAULT_COST, CostModel
 from prefixserving.engine.replay.engine import EngineShape
 from prefixserving.engine.replay.harness import replay
 from prefixserving.engine.replay.metrics import summarize
@@ -45,7 +45,7 @@ class BenchmarkSpec:
 
     def cost_model(self) -> CostModel:
         if self.cost is None:
-            return CPU_CALIBRATED
+            return DEFAULT_COST
         base, prefill, decode, context = self.cost
         return CostModel(base, prefill, decode, context, source="given on the command line")
 

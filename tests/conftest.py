@@ -31,7 +31,9 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing: the shared folder (traces, schemas) must sit beside the repo")
+        pytest.fail(
+            f"{SHARED} is missing: the shared folder (traces, schemas) belongs beside the repo"
+        )
     return SHARED
 
 

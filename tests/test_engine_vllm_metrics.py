@@ -61,6 +61,9 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
         tempfile.tempdir = None
         from prometheus_client import REGISTRY, generate_latest
         from prefixserving.peek.metrics import PeekSnapshot, SnapshotWriter, register
+        register()  # not an API server: picks no path
+        assert {ENV_METRICS_FILE!r} not in os.environ
+        import vllm.entrypoints.openai.api_server  # what vLLM's API server has loaded
         register()
         register()  # idempotent: vLLM may load plugins more than once
         path = os.environ[{ENV_METRICS_FILE!r}]

@@ -7,9 +7,11 @@ Prometheus scrapes each engine every two seconds with the labels Kubernetes disc
 (``namespace``, ``pod`` named like the engine Deployment's pods) through a transparent tap:
 a loopback HTTP server per engine that forwards each scrape to the engine's ``/metrics`` and
 records the body it returns. KV cache usage moves up and down within a second under load, so
-the comparison is exact: for each Prometheus answer, the series' scrape timestamps
-(``timestamp(...)``) pick the recorded scrape of each engine, and the answer must equal the
-query's aggregate of the values that engine's ``/metrics`` body held.
+the comparison is exact and in two steps, at instants spread over the load: each pod's value
+Prometheus holds (at its scrape's timestamp) is one the engine's ``/metrics`` returned to that
+scrape, and each query under test equals the aggregate of those values (the mean for KEDA's
+``Value`` trigger and the status, the sum for ``AverageValue``, one value per pod for the
+adapter rules).
 """
 
 from __future__ import annotations
@@ -177,19 +179,35 @@ class MetricsTap:
             server.shutdown()
             server.server_close()
 
-    def scrape_of(self, pod: str, timestamp: float) -> Scraped:
-        """The recorded scrape Prometheus stamped ``timestamp`` (its start, in ms)."""
-        window = (timestamp - 0.01, timestamp + 0.9 * SCRAPE_S)
-        found = [s for s in self.scraped[pod] if window[0] <= s.at <= window[1]]
-        assert found, f"{pod}: no recorded scrape at {timestamp}"
-        return min(found, key=lambda s: s.at)
+    def shown(self, pod: str, metric: str, timestamp: float) -> set[float]:
+        """Values of ``metric`` the engine returned to scrapes that began at ``timestamp``
+        (Prometheus stamps a sample with its scrape's start) or up to an interval later."""
+        window = (timestamp - 0.01, timestamp + SCRAPE_S)
+        return {s.values[metric] for s in self.scraped[pod] if window[0] <= s.at <= window[1]}
 
 
-def scrape_times(prom: Prometheus, at: float) -> dict[str, float]:
-    """The timestamp of the scrape of each engine whose samples a query at ``at`` uses."""
+def stored(prom: Prometheus, at: float) -> dict[str, dict[str, float]]:
+    """Per engine gauge, each pod's value that queries at ``at`` use, checked against the
+    engine's ``/metrics`` body recorded by the tap for that scrape."""
     selector = promql.engine_selector(NAMESPACE, NAME)
-    found = query_at(prom, f"timestamp({promql.VLLM_KV_CACHE_USAGE}{selector})", at)
-    return {r["metric"]["pod"]: float(r["value"][1]) for r in found}
+    found: dict[str, dict[str, float]] = {}
+    for metric in GAUGES:
+        values = query_at(prom, f"{metric}{selector}", at)
+        found[metric] = {r["metric"]["pod"]: float(r["value"][1]) for r in values}
+    return found
+
+
+def check_stored(tap: MetricsTap, prom: Prometheus, at: float) -> dict[str, dict[str, float]]:
+    """``stored`` values, each asserted to be what the engine's ``/metrics`` returned."""
+    selector = promql.engine_selector(NAMESPACE, NAME)
+    values = stored(prom, at)
+    for metric, by_pod in values.items():
+        stamps = query_at(prom, f"timestamp({metric}{selector})", at)
+        for r in stamps:
+            pod = r["metric"]["pod"]
+            shown = tap.shown(pod, metric, float(r["value"][1]))
+            assert by_pod[pod] in shown, (metric, pod, by_pod[pod], shown)
+    return values
 
 
 def query_at(prom: Prometheus, expr: str, at: float) -> list[dict[str, Any]]:
@@ -211,18 +229,19 @@ class Check:
     aggregate: Aggregate | None  # None: one value per pod (adapter rules)
     seen: list[float] = field(default_factory=list)
 
-    def verify(self, prom: Prometheus, at: float, scraped: dict[str, Scraped]) -> None:
+    def verify(self, prom: Prometheus, at: float, values: dict[str, dict[str, float]]) -> None:
+        """The query at ``at`` equals the aggregate of the pods' ``values`` of its metric."""
         result = query_at(prom, self.expr, at)
-        shown = {pod: scrape.values[self.metric] for pod, scrape in scraped.items()}
+        shown = values[self.metric]
         if self.aggregate is None:
             got = {r["metric"]["pod"]: float(r["value"][1]) for r in result}
-            assert got == pytest.approx(shown, rel=1e-9, abs=1e-12), self.label
+            assert got == pytest.approx(shown, rel=1e-9, abs=1e-12), (self.label, got, shown)
             self.seen += got.values()
             return
         assert len(result) == 1, f"{self.label}: {result}"
         value = float(result[0]["value"][1])
         expected = self.aggregate(list(shown.values()))
-        assert value == pytest.approx(expected, rel=1e-9, abs=1e-12), (self.label, shown)
+        assert value == pytest.approx(expected, rel=1e-9, abs=1e-12), (self.label, value, shown)
         self.seen.append(value)
 
 
@@ -336,24 +355,24 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     under_test = checks()
     time.sleep(3 * SCRAPE_S)  # a few idle scrapes before the counters move
     before = counters(engines)
-    evaluations: list[tuple[float, dict[str, float]]] = []
+    evaluations: list[float] = []
     started = time.monotonic()
     with ThreadPoolExecutor(2 * REQUESTS_PER_ENGINE) as pool:
         futures = drive_load(pool, list(engines.values()))
         while not all(f.done() for f in futures):
             time.sleep(0.7)
-            at = time.time() - 0.05
-            evaluations.append((at, scrape_times(prom, at)))
+            evaluations.append(time.time() - 0.05)
         for future in futures:
             future.result()
     load_s = time.monotonic() - started
-    # A scrape that timed out on the busy machine leaves a pod without a current sample.
-    complete = [(at, times) for at, times in evaluations if set(times) == set(PODS)]
+    # Compare after the load (queries at past times are exact). A scrape that timed out on
+    # the busy machine leaves a pod without a current sample: such instants are skipped.
+    complete = [at for at in evaluations if all(len(v) == 2 for v in stored(prom, at).values())]
     judged = complete[:: max(1, len(complete) // MAX_JUDGED)]
-    for at, times in judged:
-        shown = {pod: scraped.tap.scrape_of(pod, ts) for pod, ts in times.items()}
+    for at in judged:
+        values = check_stored(scraped.tap, prom, at)
         for check in under_test:
-            check.verify(prom, at, shown)
+            check.verify(prom, at, values)
 
     # The load was measurable: requests queued and the KV cache filled.
     queue_total = next(c for c in under_test if c.label == "ScaledObject queue-depth")
@@ -365,7 +384,7 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     )
     assert len(judged) >= MIN_JUDGED
     assert max(queue_total.seen) >= 2
-    assert max(kv.seen) >= 0.005
+    assert max(kv.seen) >= 0.003  # about 25 blocks of 128 tokens per engine
 
     # Hit rate over the test window: rate(hits) / rate(queries) against the counters' deltas.
     time.sleep(3 * SCRAPE_S)

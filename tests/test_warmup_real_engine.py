@@ -6,6 +6,7 @@ engine. Prompts carry a fresh uuid in their first words, so no other test warmed
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -118,3 +119,54 @@ def test_warmed_prefix_hits_on_first_request_and_cold_one_does_not(
     assert _cached_tokens(warm_chat) >= 384, warm_chat["usage"]
     assert _cached_tokens(warm_completion) >= 384, warm_completion["usage"]
     assert _cached_tokens(cold_chat) == 0, cold_chat["usage"]
+
+
+@pytest.mark.slow
+async def test_router_hot_prefixes_warm_the_new_member(real_engines: list) -> None:
+    """Traffic through the real router to engine A; engine B joins and warms the hot prefixes
+    the router says B will own: B's first request with an owned prefix hits its cache, a
+    prefix that stays on A does not."""
+    from tests.router_support import running_router
+
+    from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+    from prefixserving.warmup.runner import WarmupConfig, run_warmup
+    from prefixserving.warmup.state import WarmupState
+
+    engine_a, engine_b = real_engines
+    policy = PrefixAffinityPolicy()
+    tag = uuid.uuid4().hex
+    systems = [f"{tag} group {g} assistant. {FILLER}" for g in range(6)]
+    async with running_router([engine_a.url], policy=policy) as router:
+        for system in systems:
+            for question in ("What is clause 1?", "What is clause 2?"):
+                body = {
+                    "model": "tiny-llama",
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": question},
+                    ],
+                    "max_tokens": 1,
+                }
+                answer = await router.client.post("/v1/chat/completions", json=body, timeout=300)
+                assert answer.status_code == 200, answer.text
+        owned = router.router.hot.owned_by(engine_b.url, [engine_a.url], policy, 32)
+        state = WarmupState()
+        config = WarmupConfig(
+            engine_url=engine_b.url,
+            router_url=router.url,
+            self_url=engine_b.url,
+            hot_prefixes=32,
+            timeout_s=300,
+        )
+        await run_warmup(config, state)
+    owned_systems = {
+        s for s in systems if any(row.body["messages"][0]["content"] in s for row in owned)
+    }
+    assert owned_systems and owned_systems != set(systems), "B owns some prefixes, not all"
+    assert state.warmed == len(owned) and state.failures == 0
+    owned_system = sorted(owned_systems)[0]
+    other_system = sorted(set(systems) - owned_systems)[0]
+    warm = await asyncio.to_thread(_chat, engine_b.url, owned_system, "What is clause 9?")
+    cold = await asyncio.to_thread(_chat, engine_b.url, other_system, "What is clause 9?")
+    assert _cached_tokens(warm) >= 256, warm["usage"]
+    assert _cached_tokens(cold) == 0, cold["usage"]

@@ -22,9 +22,10 @@ lanes (the *spine*). Under pressure, when waiting costs hits, two mechanisms reo
 
 **Bounds** (documented guarantees, checked by property tests):
 
-* a request of the solo lane is never overtaken by a younger request: neither mechanism picks
-  a request younger than the solo lane's head, so requests that share nothing keep their FCFS
-  position and their wait is at most FCFS's over the same admitted work;
+* a request of the solo lane (it shares nothing) is never overtaken by a younger request through
+  lane stride, and through ride-along by at most ``solo_overtake_tokens`` prefill tokens plus
+  one request in total (default 4096, two prompts of 2k tokens): requests that share nothing
+  keep their FCFS position up to that much cheap cached work, which bounds their TTFT tail;
 * between two non-ride-along picks, ride-along admits at most ``s / (1 - s) * c_prev + c_max``
   prefill tokens (``c_prev``: cost of the previous pick, ``c_max``: largest request);
 * under lane stride a request at the head of its lane of ``k`` is admitted after at most
@@ -32,7 +33,8 @@ lanes (the *spine*). Under pressure, when waiting costs hits, two mechanisms reo
   pass is at most one stride ahead of the global pass);
 * a held sibling's extra wait is bounded separately by ``maxSiblingWaitMs`` (holding module).
 
-**Parameters**: ``ride_share`` (default 0.5), ``max_hot_lanes`` (16 most recently hot); the
+**Parameters**: ``ride_share`` (default 0.5), ``max_hot_lanes`` (16 most recently hot),
+``solo_overtake_tokens`` (default 4096); the
 queue decides hotness (half the prompt cached) and pressure.
 
 **Cost**: add / park / unpark / remove / charge are O(log n) (binary heaps with lazy deletion);
@@ -54,6 +56,7 @@ R = TypeVar("R")
 SOLO_LANE: tuple[str, None] = ("solo", None)
 DEFAULT_RIDE_SHARE = 0.5
 DEFAULT_MAX_HOT_LANES = 16
+DEFAULT_SOLO_OVERTAKE_TOKENS = 4096
 
 
 def cluster_lane(root_hash: Hashable) -> tuple[str, Hashable]:
@@ -98,12 +101,18 @@ class Lanes(Generic[R]):
         self,
         ride_share: float = DEFAULT_RIDE_SHARE,
         max_hot_lanes: int = DEFAULT_MAX_HOT_LANES,
+        solo_overtake_tokens: int = DEFAULT_SOLO_OVERTAKE_TOKENS,
     ) -> None:
         if not 0.0 <= ride_share < 1.0:
             raise ValueError("ride_share must be in [0, 1)")
         self.ride_share = ride_share
         self.max_hot_lanes = max_hot_lanes
-        self.ride_enabled = False
+        self.solo_overtake_tokens = solo_overtake_tokens
+        # Ride-along tokens that overtook the current head of the solo lane.
+        self._overtaken_rid: str | None = None
+        self._overtaken_tokens = 0
+        self._overtaking = False
+        self.pressure = False
         self.spine_pass = 0.0
         self.ride_pass = 0.0
         self.global_lane_pass = 0.0
@@ -211,19 +220,24 @@ class Lanes(Generic[R]):
     def next_pick(self, is_hot: Callable[[Entry[R]], bool]) -> tuple[Entry[R], Pick] | None:
         """The request to present next and how it was picked.
 
-        Without pressure (``ride_enabled`` False): the FCFS spine. Under pressure: ride-along
+        Without cache pressure (``pressure`` False): the FCFS spine. Under pressure: ride-along
         when its pass is not ahead of the spine's and some hot lane's head passes ``is_hot``
         (lanes whose head is not hot leave the hot set); otherwise the lane stride."""
         spine = self.spine_head()
         if spine is None:
             return None
-        if not self.ride_enabled:
+        if not self.pressure:
             return spine, Pick.FCFS
-        # A request that shares nothing is never overtaken by a younger one.
+        # A request that shares nothing is overtaken by a younger one only through ride-along,
+        # and by at most solo_overtake_tokens in total.
         solo = self.lane_head(SOLO_LANE)
+        self._overtaking = False
         if self.ride_share > 0 and self.ride_pass <= self.spine_pass:
             ride = self._oldest_hot_head(is_hot)
-            if ride is not None:
+            if ride is not None and (solo is None or ride.seq < solo.seq):
+                return ride, Pick.RIDE_ALONG
+            if ride is not None and solo is not None and self._overtake_left(solo.rid) > 0:
+                self._overtaking = True
                 return ride, Pick.RIDE_ALONG
         if self.ride_pass < self.spine_pass:
             self.ride_pass = self.spine_pass
@@ -238,6 +252,8 @@ class Lanes(Generic[R]):
         lane's waiting requests including the admitted one)."""
         if pick is Pick.RIDE_ALONG:
             self.ride_pass += cost_tokens / self.ride_share
+            if self._overtaking:
+                self._overtaken_tokens += int(cost_tokens)
         else:
             self.spine_pass += cost_tokens / (1.0 - self.ride_share)
         state = self._lanes.get(lane)
@@ -246,6 +262,15 @@ class Lanes(Generic[R]):
         self.global_lane_pass = max(self.global_lane_pass, state.pass_tokens)
         state.pass_tokens += cost_tokens / (state.size + 1)
         self._push_lane(lane)
+
+    def overtaken_tokens(self, rid: str) -> int:
+        """Ride-along prefill tokens that overtook ``rid`` while it headed the solo lane."""
+        return self._overtaken_tokens if rid == self._overtaken_rid else 0
+
+    def _overtake_left(self, solo_rid: str) -> int:
+        if solo_rid != self._overtaken_rid:
+            self._overtaken_rid, self._overtaken_tokens = solo_rid, 0
+        return self.solo_overtake_tokens - self._overtaken_tokens
 
     def _stride_head(self) -> Entry[R] | None:
         """Head of the lane with the lowest pass (ties: older lane). Amortised O(log lanes)."""

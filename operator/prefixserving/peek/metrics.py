@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -191,14 +192,27 @@ class SnapshotCollector(Collector):
 _registered = False
 
 
+def _in_api_server() -> bool:
+    """True in a process that serves vLLM's OpenAI API (and so its ``/metrics``)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    names = [*sys.modules, getattr(main_spec, "name", "") or ""]
+    return any(name.startswith(_API_MODULES) for name in names)
+
+
+_API_MODULES = ("vllm.entrypoints.openai", "vllm.entrypoints.cli")
+
+
 def register() -> None:
-    """``vllm.general_plugins`` entry point: runs in every vLLM process, idempotent."""
+    """``vllm.general_plugins`` entry point: runs in every vLLM process, idempotent. In the API
+    server it picks the snapshot path (unless set) before the engine core is spawned; other
+    processes (engine core, offline ``LLM``, replays) only export what is already configured."""
     global _registered
     if _registered:
         return
-    _registered = True
     path = os.environ.get(ENV_METRICS_FILE)
-    if not path:
+    if not path and _in_api_server():
         path = os.path.join(tempfile.gettempdir(), f"prefixserving-peek-{os.getpid()}.prom")
         os.environ[ENV_METRICS_FILE] = path
-    REGISTRY.register(SnapshotCollector(path))
+    if path:
+        _registered = True
+        REGISTRY.register(SnapshotCollector(path))

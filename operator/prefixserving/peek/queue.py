@@ -4,11 +4,12 @@ The engine's scheduler scans its waiting queue with ``bool`` / ``peek`` / ``pop`
 requests back with ``prepend``. :class:`PeekQueue` answers those calls in PEEK order:
 
 1. ``begin_step(now)`` (once per scheduler step, before the engine allocates anything) runs
-   the eviction guard over the free queue, switches ride-along on while it reports pressure,
-   and retires pioneers whose prefill is done. Holds are refreshed lazily at the step's first
-   ``bool``/``peek``, that is after the running requests' allocations of the step, so a
-   sibling is released in the very step its pioneer's last shared block is registered.
-2. The next request comes from the stride lanes (FCFS spine, or ride-along for a hot cluster).
+   the eviction guard over the free queue, switches the lanes from FCFS to lane stride and
+   ride-along while it reports cache pressure, and retires pioneers whose prefill is done.
+   Holds are refreshed lazily at the step's first ``bool``/``peek``, that is after the running
+   requests' allocations of the step, so a sibling is released in the very step its pioneer's
+   last shared block is registered.
+2. The next request comes from the lanes (FCFS; under pressure lane stride or ride-along).
    Its dual walk (cached blocks now) goes to the holding rules; a sibling of a running pioneer
    is parked and the next request is tried. ``bool`` is True iff a request can be presented.
 3. ``pop`` admits the presented request: it leaves the index (the guard releases pins of blocks
@@ -121,7 +122,7 @@ class PeekQueue(Generic[R, H]):
             self.last_guard_report = self.guard.step(self.index.count)
             if self.last_guard_report.pressure:
                 self.stats.pressure_steps += 1
-        self.lanes.ride_enabled = self.settings.lanes and self.last_guard_report.pressure
+        self.lanes.pressure = self.settings.lanes and self.last_guard_report.pressure
 
     def release_pins(self) -> int:
         """Release every hard pin (preemption pressure, cache reset, shutdown)."""

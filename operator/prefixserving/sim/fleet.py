@@ -105,13 +105,12 @@ class Fleet:
     service: ServiceModel
     hot: HotPrefixWindow | None = None
     prefix: str = "pod"
-    pods: dict[str, _Pod] = field(default_factory=dict)
-    pod_seconds: float = 0.0
-    warmed_blocks: int = 0
-    started: list[str] = field(default_factory=list)
-    _names: count = field(default_factory=count)
-    _last_s: float = 0.0
-    _draining: set[str] = field(default_factory=set)
+    pods: dict[str, _Pod] = field(default_factory=dict, init=False)
+    pod_seconds: float = field(default=0.0, init=False)
+    started: list[str] = field(default_factory=list, init=False)
+    _names: count = field(default_factory=count, init=False)
+    _last_s: float = field(default=0.0, init=False)
+    _draining: set[str] = field(default_factory=set, init=False)
 
     @property
     def size(self) -> int:
@@ -176,7 +175,6 @@ class Fleet:
             new = [b for b in chain if b not in seen]
             seen.update(new)
             warm_s += self.service.prefill_s(len(new) * self.service.block_tokens)
-        self.warmed_blocks += len(seen)
         sim.add_replica(pod.name, ready_delay_s=warm_s, warm=chains)
 
     def owned_prefixes(self, sim: ClusterSim, member: str) -> list[tuple[int, ...]]:

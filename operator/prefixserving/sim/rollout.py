@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prefixserving.router.policies.registry import make_policy
 from prefixserving.sim.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
@@ -116,10 +116,7 @@ def run_rollout(requests: Sequence[TraceRequest], setup: RolloutSetup, mode: str
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     policy = make_policy(setup.policy)
-    lifecycle = PodLifecycle(
-        **{n: getattr(setup.lifecycle, n) for n in setup.lifecycle.__dataclass_fields__}
-        | {"warmup": mode == "warmed"}
-    )
+    lifecycle = replace(setup.lifecycle, warmup=mode == "warmed")
     hot = HotPrefixWindow(requests, lifecycle.window_s, lifecycle.min_hits)
     fleet = Fleet(lifecycle, policy, setup.service, hot)
     rollout = _Rollout(fleet, None if mode == "steady" else setup.start_s)

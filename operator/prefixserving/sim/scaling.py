@@ -32,7 +32,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prefixserving.api.defaults import effective_autoscaling
 from prefixserving.api.types import AutoscalingSpec
@@ -154,7 +154,7 @@ def run_scaling(
 ) -> ScalingOutcome:
     """One simulated run with the HPA on ``signals`` and new replicas warmed or cold."""
     policy = make_policy(setup.policy)
-    lifecycle = PodLifecycle(**{**_fields(setup.lifecycle), "warmup": warmup})
+    lifecycle = replace(setup.lifecycle, warmup=warmup)
     hot = HotPrefixWindow(requests, lifecycle.window_s, lifecycle.min_hits)
     fleet = Fleet(lifecycle, policy, setup.service, hot)
     loop = _Loop(Autoscaler(setup.hpa(signals)), fleet, setup.sync_s)
@@ -171,10 +171,6 @@ def compare(
 ) -> list[ScalingOutcome]:
     """Every signal set, cold and warmed, on the same requests."""
     return [run_scaling(requests, setup, s, w) for s in signal_sets for w in (False, True)]
-
-
-def _fields(obj: object) -> dict[str, object]:
-    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
 def _outcome(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -87,3 +88,15 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
     assert shares == {"solo": 0.25, "cluster": 0.75}
     # Exposition stays valid: one HELP/TYPE per family although two engines wrote files.
     assert result.stdout.count("# TYPE prefixserving:peek_held_siblings ") == 1
+
+
+def test_snapshot_of_a_dead_engine_is_not_exported(tmp_path: Path) -> None:
+    base = tmp_path / "peek.prom"
+    live = (
+        "# TYPE prefixserving:peek_lanes gauge\n"
+        'prefixserving:peek_lanes{engine="0",model_name="m"} 3.0\n'
+    )
+    Path(f"{base}.0").write_text(f"# pid {os.getpid()}\n{live}")
+    Path(f"{base}.1").write_text("# pid 2147483646\n" + live.replace('"0"', '"1"'))
+    values = samples(SnapshotCollector(str(base)).collect())
+    assert list(values) == [("prefixserving:peek_lanes", (("engine", "0"), ("model_name", "m")))]

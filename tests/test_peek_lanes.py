@@ -17,10 +17,8 @@ def pick_and_pop(lanes: Lanes[int], hot: set[str], cost: dict[str, int]) -> tupl
     entry, how = picked
     lanes.remove(entry.rid)
     lanes.charge(how, entry.lane, cost[entry.rid])
-    if solo is not None and entry.seq > solo.seq:
-        # A request that shares nothing is overtaken only by ride-along, and only so much.
-        assert how is Pick.RIDE_ALONG
-        assert lanes.overtaken_tokens(solo.rid) <= lanes.solo_overtake_tokens + max(cost.values())
+    # A request that shares nothing is never overtaken by a younger request.
+    assert solo is None or entry.seq <= solo.seq
     return entry.rid, how
 
 

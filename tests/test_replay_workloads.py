@@ -119,7 +119,9 @@ def test_standard_suite_builds_every_workload_at_small_scale(shared_dir: Path) -
     assert by_name["azure-code"].ideal_hit_rate == 0.0
     assert not any(r.shares_prefix for r in by_name["azure-code"].requests)
     assert by_name["gsp-chunked"].engine.long_prefill_token_threshold == 512
-    assert by_name["gsp-cold-full"].engine.num_blocks > by_name["gsp-cold-q25"].engine.num_blocks
+    cold_variants = ("gsp-cold-q25", "gsp-cold-full", "gsp-cold-big")
+    blocks = [by_name[n].engine.num_blocks for n in cold_variants]
+    assert blocks == sorted(blocks) and len(set(blocks)) == 3
     one, four = by_name["mooncake-1x"], by_name["mooncake-4x"]
     assert four.requests[-1].arrival_s == pytest.approx(one.requests[-1].arrival_s / 4)
     with pytest.raises(KeyError, match="known"):

@@ -53,6 +53,30 @@ def test_top_lists_the_deepest_shared_prefix_of_each_group_hottest_first() -> No
     assert first.blocks == shared
 
 
+def test_a_hot_system_prompt_outranks_a_conversation_seen_twice_under_it() -> None:
+    hot = HotPrefixes(CONFIG)
+    for question in range(10):  # document 1 behind ten different questions
+        body = doc_request(1, question)
+        hot.observe(chat_key(body, CONFIG), body)
+    for _ in range(2):  # one conversation under document 1 repeated once
+        body = doc_request(1, 0)
+        hot.observe(chat_key(body, CONFIG), body)
+    for question in range(3):  # document 2 behind three questions
+        body = doc_request(2, question)
+        hot.observe(chat_key(body, CONFIG), body)
+    # One slot: document 1 (12 requests) wins over document 2 (3), and is replayed through
+    # the repeated conversation under it, which warms the document too.
+    (row,) = hot.top(1)
+    assert row.body["messages"][0]["content"].startswith("Document 001")
+    assert row.body["messages"][-1]["content"].startswith("q0")
+    # Two slots: document 2 as well; never an ancestor beside its descendant.
+    rows = hot.top(2)
+    assert [r.body["messages"][0]["content"][:12] for r in rows] == [
+        "Document 002",
+        "Document 001",
+    ]
+
+
 def test_memory_is_bounded_and_old_traffic_decays() -> None:
     clock = Clock()
     hot = HotPrefixes(CONFIG, capacity=64, half_life_s=10.0, clock=clock)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -92,3 +93,21 @@ def test_direction_changes_count_reversals(runs: dict[tuple[str, bool], ScalingO
         reversals = sum(1 for a, b in itertools.pairwise(directions) if a != b)
         assert outcome.direction_changes == reversals
         assert outcome.scale_ups + outcome.scale_downs == len(directions)
+
+
+def test_stabilization_window_only_delays_scale_down(
+    runs: dict[tuple[str, bool], ScalingOutcome],
+) -> None:
+    """Up to the first scale-down of the run without a window the two runs are identical, and
+    the default 300 s window cannot scale down earlier."""
+    requests = _requests()
+    no_window = run_scaling(requests, replace(SETUP, scale_down_window_s=0), "kv", False)
+    default = runs[("kv", False)]
+    assert (no_window.scale_down_window_s, default.scale_down_window_s) == (0.0, 300.0)
+
+    def first_down(outcome: ScalingOutcome) -> float:
+        return min(s.time_s for s in outcome.syncs if s.desired < s.current)
+
+    assert first_down(no_window) <= first_down(default)
+    before = [s for s in no_window.syncs if s.time_s < first_down(no_window)]
+    assert before == [s for s in default.syncs if s.time_s < first_down(no_window)]

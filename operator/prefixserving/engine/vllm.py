@@ -106,7 +106,8 @@ class VllmEngineView:
     def prefill_done(self, request: Request) -> bool:
         if request.status != RequestStatus.RUNNING:
             return True
-        return request.num_computed_tokens >= len(request.block_hashes) * self.block_size
+        full_prompt_tokens = request.num_prompt_tokens // self.block_size * self.block_size
+        return request.num_computed_tokens >= full_prompt_tokens
 
 
 class PeekRequestQueue(PeekQueue[Request, BlockHash], RequestQueue):

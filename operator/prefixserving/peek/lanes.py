@@ -22,10 +22,11 @@ lanes (the *spine*). Under pressure, when waiting costs hits, two mechanisms reo
 
 **Bounds** (documented guarantees, checked by property tests):
 
-* a request of the solo lane (it shares nothing) is never overtaken by a younger request through
-  lane stride, and through ride-along by at most ``solo_overtake_tokens`` prefill tokens plus
-  one request in total (default 4096, two prompts of 2k tokens): requests that share nothing
-  keep their FCFS position up to that much cheap cached work, which bounds their TTFT tail;
+* a request of the solo lane (it shares nothing) is never overtaken by a younger request:
+  neither mechanism picks a request younger than the solo lane's head. Requests that share
+  nothing keep their FCFS position; only work older than them is reordered (and shrunk by
+  hits), which keeps their TTFT tail at FCFS's or better. Admitting younger cheap hits ahead
+  of them was measured to cost their p99 through KV occupancy, not prefill tokens;
 * between two non-ride-along picks, ride-along admits at most ``s / (1 - s) * c_prev + c_max``
   prefill tokens (``c_prev``: cost of the previous pick, ``c_max``: largest request);
 * under lane stride a request at the head of its lane of ``k`` is admitted after at most
@@ -33,8 +34,7 @@ lanes (the *spine*). Under pressure, when waiting costs hits, two mechanisms reo
   pass is at most one stride ahead of the global pass);
 * a held sibling's extra wait is bounded separately by ``maxSiblingWaitMs`` (holding module).
 
-**Parameters**: ``ride_share`` (default 0.5), ``max_hot_lanes`` (16 most recently hot),
-``solo_overtake_tokens`` (default 4096); the
+**Parameters**: ``ride_share`` (default 0.5), ``max_hot_lanes`` (16 most recently hot); the
 queue decides hotness (half the prompt cached) and pressure.
 
 **Cost**: add / park / unpark / remove / charge are O(log n) (binary heaps with lazy deletion);
@@ -56,7 +56,6 @@ R = TypeVar("R")
 SOLO_LANE: tuple[str, None] = ("solo", None)
 DEFAULT_RIDE_SHARE = 0.5
 DEFAULT_MAX_HOT_LANES = 16
-DEFAULT_SOLO_OVERTAKE_TOKENS = 4096
 
 
 def cluster_lane(root_hash: Hashable) -> tuple[str, Hashable]:
@@ -101,17 +100,11 @@ class Lanes(Generic[R]):
         self,
         ride_share: float = DEFAULT_RIDE_SHARE,
         max_hot_lanes: int = DEFAULT_MAX_HOT_LANES,
-        solo_overtake_tokens: int = DEFAULT_SOLO_OVERTAKE_TOKENS,
     ) -> None:
         if not 0.0 <= ride_share < 1.0:
             raise ValueError("ride_share must be in [0, 1)")
         self.ride_share = ride_share
         self.max_hot_lanes = max_hot_lanes
-        self.solo_overtake_tokens = solo_overtake_tokens
-        # Ride-along tokens that overtook the current head of the solo lane.
-        self._overtaken_rid: str | None = None
-        self._overtaken_tokens = 0
-        self._overtaking = False
         self.pressure = False
         self.spine_pass = 0.0
         self.ride_pass = 0.0
@@ -228,16 +221,11 @@ class Lanes(Generic[R]):
             return None
         if not self.pressure:
             return spine, Pick.FCFS
-        # A request that shares nothing is overtaken by a younger one only through ride-along,
-        # and by at most solo_overtake_tokens in total.
+        # A request that shares nothing is never overtaken by a younger one.
         solo = self.lane_head(SOLO_LANE)
-        self._overtaking = False
         if self.ride_share > 0 and self.ride_pass <= self.spine_pass:
             ride = self._oldest_hot_head(is_hot)
             if ride is not None and (solo is None or ride.seq < solo.seq):
-                return ride, Pick.RIDE_ALONG
-            if ride is not None and solo is not None and self._overtake_left(solo.rid) > 0:
-                self._overtaking = True
                 return ride, Pick.RIDE_ALONG
         if self.ride_pass < self.spine_pass:
             self.ride_pass = self.spine_pass
@@ -252,8 +240,6 @@ class Lanes(Generic[R]):
         lane's waiting requests including the admitted one)."""
         if pick is Pick.RIDE_ALONG:
             self.ride_pass += cost_tokens / self.ride_share
-            if self._overtaking:
-                self._overtaken_tokens += int(cost_tokens)
         else:
             self.spine_pass += cost_tokens / (1.0 - self.ride_share)
         state = self._lanes.get(lane)
@@ -262,15 +248,6 @@ class Lanes(Generic[R]):
         self.global_lane_pass = max(self.global_lane_pass, state.pass_tokens)
         state.pass_tokens += cost_tokens / (state.size + 1)
         self._push_lane(lane)
-
-    def overtaken_tokens(self, rid: str) -> int:
-        """Ride-along prefill tokens that overtook ``rid`` while it headed the solo lane."""
-        return self._overtaken_tokens if rid == self._overtaken_rid else 0
-
-    def _overtake_left(self, solo_rid: str) -> int:
-        if solo_rid != self._overtaken_rid:
-            self._overtaken_rid, self._overtaken_tokens = solo_rid, 0
-        return self.solo_overtake_tokens - self._overtaken_tokens
 
     def _stride_head(self) -> Entry[R] | None:
         """Head of the lane with the lowest pass (ties: older lane). Amortised O(log lanes)."""

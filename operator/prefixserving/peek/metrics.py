@@ -11,7 +11,8 @@ process from prometheus_client's default registry. The two meet through a snapsh
   file (text exposition format, atomic rename) at most once per ``interval_s``, one file per
   data-parallel engine (``<path>.<engine>``).
 
-A snapshot older than ``max_age_s`` (the engine died) is not exported. With
+Each file starts with a ``# pid <n>`` comment; a file whose engine process is gone is not
+exported (an idle engine keeps its last snapshot, which stays valid). With
 ``PROMETHEUS_MULTIPROC_DIR`` set (several API servers), the same file is read by each server.
 
 Metric names (labels ``engine``, ``model_name`` as on vLLM's metrics):
@@ -154,7 +155,8 @@ class SnapshotWriter:
     def write(self, snap: PeekSnapshot) -> None:
         self._last_write = time.monotonic()
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(render_snapshot(snap, self.engine, self.model_name))
+        header = f"# pid {os.getpid()}\n".encode()
+        tmp.write_bytes(header + render_snapshot(snap, self.engine, self.model_name))
         os.replace(tmp, self.path)
 
     def remove(self) -> None:
@@ -164,22 +166,20 @@ class SnapshotWriter:
 class SnapshotCollector(Collector):
     """Exports the snapshot files ``<path>.<engine>`` (API server process)."""
 
-    def __init__(self, path: str, max_age_s: float = 60.0) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.max_age_s = max_age_s
 
     def collect(self) -> Iterator[Metric]:
-        """One family per name, with the samples of every fresh engine file."""
-        now = time.time()
+        """One family per name, with the samples of every live engine's file."""
         merged: dict[str, Metric] = {}
         for file in sorted(glob.glob(glob.escape(self.path) + ".*")):
             if file.endswith(".tmp"):
                 continue
             try:
-                if now - os.path.getmtime(file) > self.max_age_s:
-                    continue
                 text = Path(file).read_text()
             except OSError:
+                continue
+            if not _writer_alive(text):
                 continue
             for family in text_string_to_metric_families(text):
                 if family.name in merged:
@@ -187,6 +187,19 @@ class SnapshotCollector(Collector):
                 else:
                     merged[family.name] = family
         yield from merged.values()
+
+
+def _writer_alive(text: str) -> bool:
+    first = text.split("\n", 1)[0]
+    if not first.startswith("# pid "):
+        return False
+    try:
+        os.kill(int(first.removeprefix("# pid ")), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 _registered = False

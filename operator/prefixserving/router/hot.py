@@ -37,8 +37,11 @@ without touching every counter; weights are rescaled before they overflow. A min
 lazy deletion finds the smallest counter.
 
 Answering: a prefix is *shared* when its guaranteed count (count minus error) is at least
-``min_hits``. The answer lists shared prefixes that have no shared deeper prefix in the table
-(warming the deeper one warms its ancestors too), hottest first.
+``min_hits``. Shared prefixes are taken hottest first, at most ``limit`` of them; a prefix
+whose descendant is already chosen is skipped, and a chosen prefix is replaced by a shared
+descendant (replaying the deeper one warms its ancestors too; this never takes a new slot).
+So a system prompt behind hundreds of requests is chosen before a conversation seen twice
+under another prompt, and is replayed through the deepest shared prefix under it.
 
 Requests with ``cache_salt`` are never recorded: the salt isolates a tenant's cache and
 must not be served to anyone.
@@ -161,23 +164,34 @@ class HotPrefixes:
     def _scale(self) -> float:
         return 2.0 ** (-(self._clock() - self._origin) / self.half_life_s)
 
-    def _leaves(self, scale: float) -> list[_Entry]:
-        """Shared prefixes with no shared deeper prefix, hottest first (ties by chain)."""
-        shared = {
-            block: entry
-            for block, entry in self._entries.items()
-            if (entry.count - entry.error) * scale >= self.min_hits
-        }
-        covered = {ancestor for entry in shared.values() for ancestor in entry.chain[:-1]}
-        return sorted(
-            (entry for block, entry in shared.items() if block not in covered),
+    def _choose(
+        self, scale: float, limit: int, wanted: Callable[[_Entry], bool] = lambda _: True
+    ) -> list[_Entry]:
+        """Up to ``limit`` wanted shared prefixes, none an ancestor of another (see above).
+
+        Cost: O(n log n) for the n table entries (at most ``capacity``)."""
+        shared = sorted(
+            (e for e in self._entries.values() if (e.count - e.error) * scale >= self.min_hits),
             key=lambda e: (-(e.count - e.error), e.chain),
         )
+        chosen: dict[int, _Entry] = {}  # last block -> entry, in order of choice
+        covered: set[int] = set()  # ancestors of chosen prefixes
+        for entry in shared:
+            if entry.chain[-1] in covered or not wanted(entry):
+                continue
+            deepens = any(ancestor in chosen for ancestor in entry.chain[:-1])
+            if len(chosen) >= limit and not deepens:
+                continue
+            for ancestor in entry.chain[:-1]:
+                covered.add(ancestor)
+                chosen.pop(ancestor, None)
+            chosen[entry.chain[-1]] = entry
+        return list(chosen.values())
 
     def top(self, limit: int = DEFAULT_LIMIT) -> list[HotPrefix]:
-        """The hottest shared prefixes with no shared deeper prefix, hottest first."""
+        """The hottest shared prefixes, each replayed through its deepest chosen descendant."""
         scale = self._scale()
-        return [self._row(entry, scale) for entry in self._leaves(scale)[:limit]]
+        return [self._row(entry, scale) for entry in self._choose(scale, limit)]
 
     def owned_by(
         self,
@@ -189,8 +203,8 @@ class HotPrefixes:
         """Hot prefixes that ``policy.rank`` puts on ``member`` once it joins ``backends``."""
         members = sorted({*backends, member})
         scale = self._scale()
-        owned = [e for e in self._leaves(scale) if policy.rank(e.chain, members)[0] == member]
-        return [self._row(entry, scale) for entry in owned[:limit]]
+        owned = self._choose(scale, limit, lambda e: policy.rank(e.chain, members)[0] == member)
+        return [self._row(entry, scale) for entry in owned]
 
     def _row(self, entry: _Entry, scale: float) -> HotPrefix:
         depth = len(entry.chain)

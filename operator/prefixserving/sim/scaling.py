@@ -18,7 +18,8 @@ Prometheus rate windows are not modelled: the HPA sees the values at the sync in
   ``capacity_s``: to the first added replica taking traffic (includes load and warm-up);
 - ``replica_minutes``: pod time of the run (loading, warming and draining pods included);
 - TTFT p50/p99 over all requests and p99 over the requests of the bursts (plus 120 s);
-- ``direction_changes``: scale-ups followed by scale-downs or back (flapping);
+- ``direction_changes``: scale-ups followed by scale-downs or back (flapping), also measured
+  with no scale-down stabilization window;
 - the cluster's prefix-cache hit rate;
 - ``fresh_*``: TTFT p50/p99 and hit rate of the first ``FRESH_REQUESTS`` (100) requests each
   replica added during the run served: what warm-up is for.
@@ -71,8 +72,16 @@ class ScalingSetup:
     max_replicas: int = 16
     policy: str = "prefix-affinity"
     sync_s: float = SYNC_PERIOD_S
+    scale_down_window_s: int | None = None  # None: the project's default
 
     def hpa(self, signals: str) -> HpaSpec:
+        behavior = (
+            {}
+            if self.scale_down_window_s is None
+            else {
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": self.scale_down_window_s}}
+            }
+        )
         spec = AutoscalingSpec.model_validate(
             {
                 "enabled": True,
@@ -80,6 +89,7 @@ class ScalingSetup:
                 "minReplicas": self.min_replicas,
                 "maxReplicas": self.max_replicas,
                 "signals": list(SIGNAL_SETS[signals]),
+                **behavior,
             }
         )
         return hpa_from_autoscaling(effective_autoscaling(spec), _METRICS)
@@ -97,6 +107,7 @@ class SyncRecord:
 class ScalingOutcome:
     signals: str
     warmup: bool
+    scale_down_window_s: float
     react_s: float | None
     capacity_s: float | None
     replica_minutes: float
@@ -157,11 +168,13 @@ def run_scaling(
     lifecycle = replace(setup.lifecycle, warmup=warmup)
     hot = HotPrefixWindow(requests, lifecycle.window_s, lifecycle.min_hits)
     fleet = Fleet(lifecycle, policy, setup.service, hot)
-    loop = _Loop(Autoscaler(setup.hpa(signals)), fleet, setup.sync_s)
+    hpa = setup.hpa(signals)
+    loop = _Loop(Autoscaler(hpa), fleet, setup.sync_s)
     sim = ClusterSim(policy, ClusterConfig(service=setup.service), on_tick=loop)
     fleet.seed(sim, setup.min_replicas)
     result = sim.run(requests)
-    return _outcome(signals, warmup, setup, loop, fleet, result)
+    window_s = hpa.behavior.scale_down.stabilization_window_s
+    return _outcome(signals, warmup, window_s, setup, loop, fleet, result)
 
 
 def compare(
@@ -169,13 +182,18 @@ def compare(
     setup: ScalingSetup,
     signal_sets: Sequence[str] = tuple(SIGNAL_SETS),
 ) -> list[ScalingOutcome]:
-    """Every signal set, cold and warmed, on the same requests."""
-    return [run_scaling(requests, setup, s, w) for s in signal_sets for w in (False, True)]
+    """Every signal set, cold and warmed, on the same requests; then every signal set with cold
+    replicas and no scale-down stabilization window (what the window does against flapping)."""
+    no_window = replace(setup, scale_down_window_s=0)
+    return [run_scaling(requests, setup, s, w) for s in signal_sets for w in (False, True)] + [
+        run_scaling(requests, no_window, s, False) for s in signal_sets
+    ]
 
 
 def _outcome(
     signals: str,
     warmup: bool,
+    window_s: float,
     setup: ScalingSetup,
     loop: _Loop,
     fleet: Fleet,
@@ -202,6 +220,7 @@ def _outcome(
     return ScalingOutcome(
         signals=signals,
         warmup=warmup,
+        scale_down_window_s=window_s,
         react_s=sum(reacts) / len(reacts) if reacts else None,
         capacity_s=sum(capacities) / len(capacities) if capacities else None,
         replica_minutes=fleet.pod_seconds / 60.0,

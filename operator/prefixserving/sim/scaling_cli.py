@@ -136,7 +136,7 @@ def scaling(
         max_replicas=max_replicas,
     )
     requests = bursty_conversations(schedule, setup.shape, trace)
-    click.echo(f"{len(requests)} requests over {duration_s:.0f} s; running {len(signal_sets) * 2}")
+    click.echo(f"{len(requests)} requests over {duration_s:.0f} s; running {len(signal_sets) * 3}")
     outcomes = compare(requests, setup, signal_sets)
     payload = {
         "benchmark": "scaling",
@@ -164,6 +164,7 @@ def scaling_markdown(
         [
             o.signals,
             "warmed" if o.warmup else "cold",
+            o.scale_down_window_s,
             o.react_s,
             o.capacity_s,
             o.replica_minutes,
@@ -181,6 +182,7 @@ def scaling_markdown(
     header = [
         "signals",
         "new replicas",
+        "down window s",
         "react s",
         "capacity s",
         "replica-min",
@@ -224,9 +226,10 @@ def scaling_markdown(
 
 def _findings(outcomes: list[ScalingOutcome]) -> list[str]:
     """One line per signal set: warmed against cold new replicas, as ratios."""
-    by_key = {(o.signals, o.warmup): o for o in outcomes}
+    default = [o for o in outcomes if o.scale_down_window_s == outcomes[0].scale_down_window_s]
+    by_key = {(o.signals, o.warmup): o for o in default}
     lines = []
-    for signals in dict.fromkeys(o.signals for o in outcomes):
+    for signals in dict.fromkeys(o.signals for o in default):
         cold, warm = by_key.get((signals, False)), by_key.get((signals, True))
         if cold is None or warm is None:
             continue
@@ -237,6 +240,13 @@ def _findings(outcomes: list[ScalingOutcome]) -> list[str]:
             f"{fmt(_ratio(warm.ttft_p99_s, cold.ttft_p99_s), 2)}, replica-minutes x"
             f"{fmt(_ratio(warm.replica_minutes, cold.replica_minutes), 2)}."
         )
+    for o in outcomes:
+        if o.scale_down_window_s != outcomes[0].scale_down_window_s:
+            lines.append(
+                f"- `{o.signals}` with a {o.scale_down_window_s:g} s scale-down window: "
+                f"{o.direction_changes} direction changes, {fmt(o.replica_minutes, 1)} "
+                f"replica-minutes, TTFT p99 {fmt(o.ttft_p99_s, 1)} s."
+            )
     return lines
 
 

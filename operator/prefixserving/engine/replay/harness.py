@@ -134,6 +134,7 @@ def replay(
         output = scheduler.schedule()
         run.schedule_cpu_s += time.process_time() - cpu_start
         _count_vllm_stats(scheduler, run)
+        run.preemptions += len(output.preempted_req_ids)
         if output.total_num_scheduled_tokens == 0:
             scheduler.update_from_output(output, fabricate_output(output, scheduler))
             run.idle_steps += 1
@@ -150,7 +151,6 @@ def replay(
         shape = _step_shape(output, scheduler, records)
         run.prefill_tokens += shape.prefill_tokens
         run.decode_tokens += shape.decode_seqs
-        run.preemptions += len(output.preempted_req_ids)
         clock.now_s += cost.step_s(shape)
         scheduled = [scheduler.requests[rid] for rid in output.num_scheduled_tokens]
         scheduler.update_from_output(output, fabricate_output(output, scheduler))

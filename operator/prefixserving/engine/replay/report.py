@@ -325,7 +325,9 @@ def _profile_table(prof: dict[str, Any]) -> list[str]:
     lines = [
         f"## Profile: {prof['policy']} at {prof['waiting']:,} waiting (x{prof['ratio']} FCFS)",
         "",
-        "cProfile of one measured pass, functions by own time.",
+        f"cProfile of one pass (set-up and request creation included): "
+        f"{prof['total_ms']:,.0f} ms in all, {prof['focus_own_ms']:,.0f} ms of it in PEEK's own "
+        "code (prefixserving.peek and engine/vllm.py); its functions by own time:",
         "",
         "| function | calls | own ms | cumulative ms |",
         "|---|---|---|---|",

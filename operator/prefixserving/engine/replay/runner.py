@@ -154,7 +154,7 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
     if over is not None and over["policy"] in classes:
         result["overhead_profile"] = {
             **over,
-            "top": overhead.profile(classes[over["policy"]], over["waiting"]),
+            **overhead.profile(classes[over["policy"]], over["waiting"]),
         }
         echo(f"profiled {over['policy']} at {over['waiting']} waiting (over the overhead goal)")
         paths = report.write(spec.out_dir, spec.name, result)

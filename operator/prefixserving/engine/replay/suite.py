@@ -5,13 +5,18 @@ scheduler"), built deterministically from a seed and the traces in ``../shared/t
 |------------------|------------------------------------------------------------------------|
 | gsp-q25          | (1) SGLang generated-shared-prefix: 64 groups x 16 prompts, 2048-token |
 |                  | system prompt, 128-token question, 256 output; cache = 1/4 of the      |
-|                  | distinct prefixes; Poisson arrivals at 0.9 x estimated capacity        |
+|                  | distinct prefixes; Poisson arrivals at load 0.9 (x estimated capacity) |
 | gsp-cold-q25     | (1) the same plus 1 cold (shares nothing) request per 8 shared ones    |
 | gsp-cold-full    | (1) with cold requests; the cache holds every prefix                   |
+| gsp-cold-big     | (1) with cold requests; cache 4x the prefixes (they never need to be   |
+|                  | evicted), max_num_seqs 32 and load 1.2 so a queue forms: where a naive |
+|                  | longest-prefix-first order starves cold requests                       |
 | gsp-chunked      | (2) gsp-cold with ``long_prefill_token_threshold`` 512, cache 1/2      |
 | docs             | (3) 16 shared 12,288-token documents x 8 questions, step budget 8,192  |
-| mooncake-1x/4x/16x | (4) Mooncake trace, offered load 0.5 at 1x, then compressed 4x, 16x  |
-| azure-code       | (5) no-sharing control from the Azure code trace, load 0.8             |
+| mooncake-1x/4x/16x | (4) Mooncake trace, first 2,000 rows, offered load 0.5 at 1x, then   |
+|                  | compressed 4x and 16x; cache 1/4 of the shared blocks                  |
+| azure-code       | (5) no-sharing control: first 2,000 rows of the Azure code trace,      |
+|                  | load 0.8                                                               |
 | real-check       | the shape of ``bench/real_engine_peek.py`` (4 groups x 6, 1536 + 64    |
 |                  | tokens, 8 out, 2 req/s, block 128, budget 1024, chunks of 256), to     |
 |                  | compare the ranking of policies with the real CPU engine               |
@@ -71,7 +76,15 @@ def _n(value: int, scale: float, minimum: int = 1) -> int:
     return max(minimum, math.ceil(value * scale))
 
 
-def _gsp(name: str, *, cold: bool, cache_fraction: float, threshold: int = 0) -> Builder:
+def _gsp(
+    name: str,
+    *,
+    cold: bool,
+    cache_fraction: float,
+    threshold: int = 0,
+    load: float = 0.9,
+    max_num_seqs: int | None = None,
+) -> Builder:
     def build(ctx: BuildContext) -> Workload:
         groups = _n(64, ctx.scale, 2)
         fraction = ctx.fraction(cache_fraction)
@@ -82,13 +95,20 @@ def _gsp(name: str, *, cold: bool, cache_fraction: float, threshold: int = 0) ->
                 + (f", {groups * 2} cold" if cold else "")
                 + f", cache {fraction:g} of prefixes"
                 + (f", long_prefill_token_threshold {threshold}" if threshold else "")
+                + f", load {load:g}"
+                + (f", max_num_seqs {max_num_seqs}" if max_num_seqs else "")
             ),
             cost=ctx.cost,
-            base=replace(ctx.base, long_prefill_token_threshold=threshold),
+            base=replace(
+                ctx.base,
+                long_prefill_token_threshold=threshold,
+                max_num_seqs=max_num_seqs or ctx.base.max_num_seqs,
+            ),
             seed=ctx.seed,
             groups=groups,
             cold_requests=groups * 2 if cold else 0,
             cache_fraction=fraction,
+            load=load,
         )
 
     return build
@@ -174,6 +194,7 @@ STANDARD: dict[str, Builder] = {
     "gsp-q25": _gsp("gsp-q25", cold=False, cache_fraction=0.25),
     "gsp-cold-q25": _gsp("gsp-cold-q25", cold=True, cache_fraction=0.25),
     "gsp-cold-full": _gsp("gsp-cold-full", cold=True, cache_fraction=1.0),
+    "gsp-cold-big": _gsp("gsp-cold-big", cold=True, cache_fraction=4.0, load=1.2, max_num_seqs=32),
     "gsp-chunked": _gsp("gsp-chunked", cold=True, cache_fraction=0.5, threshold=512),
     "docs": _docs,
     "mooncake-1x": _mooncake(1.0),

@@ -176,14 +176,15 @@ def write_results(result: dict[str, Any]) -> None:
         f"{100 * result['ideal_hit_rate']:.1f}%.",
         "",
         "| round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
-        "| sibling holds | wall (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| sibling holds | wall (s) | load (1 min) at end |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rounds"]:
         lines.append(
             f"| {row['round']} | {row['scheduler']} | {100 * row['hit_rate']:.1f}% "
             f"| {row['prompt_tokens_computed']} | {row['ttft_p50_ms']:.0f} / "
-            f"{row['ttft_p99_ms']:.0f} | {row['sibling_holds']} | {row['wall_s']} |"
+            f"{row['ttft_p99_ms']:.0f} | {row['sibling_holds']} | {row['wall_s']} "
+            f"| {row.get('load_1m', '-')} |"
         )
     s = result["summary"]
     lines += [
@@ -243,7 +244,9 @@ def main(
                 # Warm the engine's code paths so the first round is not penalised.
                 stream_ttft_s(by_name[name].url, [5, 6, 7, round_number], 1)
                 row = run_round(by_name[name], requests, max_tokens)
-                row.update(round=round_number + 1, scheduler=name)
+                row.update(
+                    round=round_number + 1, scheduler=name, load_1m=round(os.getloadavg()[0], 1)
+                )
                 click.echo(json.dumps(row))
                 rows.append(row)
 

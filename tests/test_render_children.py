@@ -100,7 +100,7 @@ def test_engine_runs_vllm_with_the_operator_owned_flags_and_peek() -> None:
             "source": {"huggingFace": {"repo": "org/model", "revision": "v2"}},
             "maxModelLen": 8192,
         },
-        "scheduler": {"maxSiblingWaitMs": 75, "pinBudgetFraction": 0.2, "lanes": 6},
+        "scheduler": {"maxSiblingWaitMs": 75, "pinBudgetFraction": 0.2, "lanes": False},
     }
     container = engine_container(render(spec))
     assert container["command"] == ["vllm", "serve"]
@@ -129,7 +129,7 @@ def test_engine_runs_vllm_with_the_operator_owned_flags_and_peek() -> None:
     env = env_of(container)
     assert env[constants.ENV_MAX_SIBLING_WAIT_MS] == "75"
     assert env[constants.ENV_PIN_BUDGET_FRACTION] == "0.2"
-    assert env[constants.ENV_LANES] == "6"
+    assert env[constants.ENV_LANES] == "false"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
 

@@ -31,12 +31,32 @@ print(json.dumps(out))
 """
 
 
-def engine_args(name: str) -> list[str]:
+def engine_container(name: str) -> dict:
     (container,) = find(rendered(name), "Deployment", "engine")["spec"]["template"]["spec"][
         "containers"
     ]
+    return container
+
+
+def engine_args(name: str) -> list[str]:
+    container = engine_container(name)
     assert container["command"] == ["vllm", "serve"]
     return container["args"]
+
+
+@pytest.mark.parametrize("name", resource_examples())
+def test_peek_scheduler_accepts_the_rendered_settings(name: str) -> None:
+    """PeekScheduler reads the engine's PREFIXSERVING_* environment exactly as rendered."""
+    from prefixserving.peek.settings import PeekSettings
+    from render_examples import load
+
+    env = {e["name"]: e["value"] for e in engine_container(name).get("env", []) if "value" in e}
+    settings = PeekSettings.from_env(env)
+    scheduler = load(name)[0].spec.scheduler
+    if scheduler.policy == "peek":
+        assert settings.max_sibling_wait_ms == scheduler.max_sibling_wait_ms
+        assert settings.pin_budget_fraction == scheduler.pin_budget_fraction
+        assert settings.lanes is scheduler.lanes
 
 
 @pytest.mark.slow  # imports vLLM in a subprocess (tens of seconds on two cores)

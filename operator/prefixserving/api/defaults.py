@@ -49,7 +49,7 @@ MAX_SURGE: Final = 1
 SCHEDULER_POLICY: Final = "peek"
 MAX_SIBLING_WAIT_MS: Final = 50
 PIN_BUDGET_FRACTION: Final = 0.1
-LANES: Final = 4
+LANES: Final = True
 
 # placement
 SHM_SIZE_LIMIT: Final = "16Gi"

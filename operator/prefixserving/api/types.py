@@ -285,10 +285,18 @@ class SchedulerSpec(ApiModel):
         default=defaults.PIN_BUDGET_FRACTION,
         ge=0.0,
         le=0.5,
-        description="Fraction of KV blocks the guard may pin for waiting siblings.",
+        description=(
+            "Fraction of KV blocks the eviction guard may hard-pin for blocks that two or more "
+            "waiting requests need (0: protect them by LRU order only)."
+        ),
     )
-    lanes: int = Field(
-        default=defaults.LANES, ge=1, le=64, description="Stride lanes that share admission."
+    lanes: bool = Field(
+        default=defaults.LANES,
+        description=(
+            "Stride lanes: under cache pressure, clusters of requests that share a prefix take "
+            "turns (one lane each, plus one for requests that share nothing), so a hot prefix "
+            "cannot starve others. false: admission stays in arrival order."
+        ),
     )
 
 

@@ -42,6 +42,9 @@ from prefixserving.peek.settings import PeekSettings
 
 logger = logging.getLogger(__name__)
 
+# Blocks the guard scans beyond the previous step's allocation (a step can grow).
+WINDOW_MARGIN_BLOCKS = 32
+
 
 class VllmBlockPoolPort:
     """The guard's view of a vLLM ``BlockPool`` (one KV cache group, id 0)."""
@@ -162,6 +165,7 @@ class PeekSchedulerMixin(Scheduler):
         self.waiting = PeekRequestQueue(view, self.peek_settings, guard)
         for request in old_waiting:
             self.waiting.add_request(request)
+        self._window_blocks: int | None = None
         self._metrics_writer = SnapshotWriter.from_env(
             engine=str(self.parallel_config.data_parallel_index),
             model_name=_served_name(self.vllm_config.model_config.served_model_name),
@@ -186,8 +190,15 @@ class PeekSchedulerMixin(Scheduler):
         }
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.begin_step(self.clock())
+        self.waiting.begin_step(self.clock(), self._window_blocks)
         output = super().schedule(*args, **kwargs)
+        # The next step allocates about what this one did: its tokens' blocks plus one block
+        # per scheduled request, with a margin; the guard scans that much of the LRU end.
+        self._window_blocks = (
+            output.total_num_scheduled_tokens // self.block_size
+            + len(output.num_scheduled_tokens)
+            + WINDOW_MARGIN_BLOCKS
+        )
         if output.preempted_req_ids:
             self.waiting.release_pins()
         if self._metrics_writer is not None and self._metrics_writer.due():

@@ -20,8 +20,9 @@ when it needs new blocks. The guard works on that queue through :class:`BlockPoo
    prefix-cache reset and on shutdown.
 
 **Parameters**: ``pin_budget_fraction`` (default 0.0: pins off; env
-``PREFIXSERVING_PIN_BUDGET_FRACTION``), ``window_blocks`` (blocks one step may allocate: token
-budget / block size + one per running request), ``pin_min_requests`` (default 2).
+``PREFIXSERVING_PIN_BUDGET_FRACTION``), ``window_blocks`` (most blocks one step may allocate:
+token budget / block size + one per running request; each ``step`` may pass a smaller estimate),
+``pin_min_requests`` (default 2).
 
 **Cost**: ``protect_path`` O(blocks of the request); ``step`` O(window_blocks + blocks moved),
 capped at 4 x window_blocks; ``on_unneeded`` O(hashes); ``release_all`` O(pinned).
@@ -127,17 +128,22 @@ class Guard(Generic[B, H]):
                 moved += 1
         return moved
 
-    def step(self, need_count: Callable[[H], int]) -> GuardReport:
-        """Clear the eviction window of needed blocks (move or pin them). See module doc."""
+    def step(self, need_count: Callable[[H], int], window_blocks: int | None = None) -> GuardReport:
+        """Clear the eviction window of needed blocks (move or pin them). See module doc.
+        ``window_blocks``: this step's estimate of blocks it allocates (capped at the maximum)."""
+        window = (
+            self.window_blocks if window_blocks is None else min(window_blocks, self.window_blocks)
+        )
+        window = max(1, window)
         needed: list[tuple[B, H]] = []
         unneeded = 0
-        limit = 4 * self.window_blocks
+        limit = 4 * window
         for scanned, (block, block_hash) in enumerate(self.port.free_lru(), start=1):
             if block_hash is not None and need_count(block_hash) > 0:
                 needed.append((block, block_hash))
             else:
                 unneeded += 1
-            if unneeded >= self.window_blocks or scanned >= limit:
+            if unneeded >= window or scanned >= limit:
                 break
         pinned = 0
         for block, block_hash in needed:

@@ -279,17 +279,19 @@ class Lanes(Generic[R]):
         heapq.heappush(self._lane_heap, (state.pass_tokens, state.order, key))
 
     def _oldest_hot_head(self, is_hot: Callable[[Entry[R]], bool]) -> Entry[R] | None:
-        best: Entry[R] | None = None
+        """Oldest head among hot lanes that passes ``is_hot``: heads are tried oldest first, so
+        usually one check; lanes whose head fails leave the hot set."""
+        heads: list[Entry[R]] = []
         for lane in list(self._hot):
             head = self.lane_head(lane)
-            if head is None:
-                continue
-            if not is_hot(head):
-                del self._hot[lane]
-                continue
-            if best is None or head.seq < best.seq:
-                best = head
-        return best
+            if head is not None:
+                heads.append(head)
+        heads.sort(key=lambda entry: entry.seq)
+        for head in heads:
+            if is_hot(head):
+                return head
+            self._hot.pop(head.lane, None)
+        return None
 
     def _push(self, entry: Entry[R]) -> None:
         item = (entry.seq, entry.version, entry.rid)

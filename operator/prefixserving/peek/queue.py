@@ -105,13 +105,17 @@ class PeekQueue(Generic[R, H]):
         self._popped_this_step: set[str] = set()
         self._candidate: _Candidate[R] | None = None
         self._holds_fresh = False
+        self._hot_memo: dict[str, bool] = {}
         self._now_s = 0.0
         self.last_guard_report = GuardReport(0, 0, 0)
 
     # -- per step -------------------------------------------------------------------------------
-    def begin_step(self, now_s: float) -> None:
-        """Call once per scheduler step before the engine allocates. O(window + pioneers)."""
+    def begin_step(self, now_s: float, window_blocks: int | None = None) -> None:
+        """Call once per scheduler step before the engine allocates; ``window_blocks`` is the
+        engine's estimate of the blocks the step allocates (the guard's scan window).
+        O(window + pioneers)."""
         self._now_s = now_s
+        self._hot_memo.clear()
         self._popped_this_step.clear()
         self._candidate = None
         self._holds_fresh = False
@@ -119,7 +123,7 @@ class PeekQueue(Generic[R, H]):
             if self.view.prefill_done(request):
                 self._retire(pid)
         if self.guard is not None:
-            self.last_guard_report = self.guard.step(self.index.count)
+            self.last_guard_report = self.guard.step(self.index.count, window_blocks)
             if self.last_guard_report.pressure:
                 self.stats.pressure_steps += 1
         self.lanes.pressure = self.settings.lanes and self.last_guard_report.pressure
@@ -290,6 +294,14 @@ class PeekQueue(Generic[R, H]):
             self.stats.holds += 1
 
     def _is_hot(self, entry: Entry[R]) -> bool:
+        """Half the prompt cached; memoised per step (the cache only grows within a step,
+        except for evictions the guard keeps away from needed blocks)."""
+        hot = self._hot_memo.get(entry.rid)
+        if hot is None:
+            hot = self._hot_memo[entry.rid] = self._cached_half(entry)
+        return hot
+
+    def _cached_half(self, entry: Entry[R]) -> bool:
         tokens = self.view.num_tokens(entry.request)
         if tokens <= 0:
             return False

@@ -151,9 +151,9 @@ def replay(
         out_dir=out_dir,
         name=name,
         options={
-            k: (str(v) if isinstance(v, Path) else v)
+            k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
             for k, v in click.get_current_context().params.items()
-            if v not in (None, ()) and k != "list_only"
+            if v not in (None, ()) and k not in ("list_only", "notes")
         },
         notes=list(notes),
     )

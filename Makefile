@@ -17,7 +17,9 @@ demo: setup
 
 ## Everything CI runs: lint, Dockerfile lint, unit tests and the real-engine/Prometheus tests.
 test: setup lint
-	$(BIN)/pytest -p no:cacheprovider -q -ra
+	# The operator scenarios on a real cluster: they skip, saying why, when none is reachable.
+	$(BIN)/pytest -p no:cacheprovider -q -ra e2e
+	$(BIN)/pytest -p no:cacheprovider -q -ra tests
 
 lint:
 	$(BIN)/ruff check operator tests bench e2e

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from prefixserving.api.validation import parse_resource  # noqa: E402
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kube, load_api_client  # noqa: E402
+from prefixserving.machine import cpu_model  # noqa: E402
 from prefixserving.render import render_children  # noqa: E402
 from support.kube_emulator import EmulatorThread  # noqa: E402
 from support.operator_harness import resource  # noqa: E402
@@ -145,17 +146,9 @@ def run_size(
 
 
 def machine() -> dict[str, Any]:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
     return {
         "cores": os.cpu_count(),
-        "cpu": model,
+        "cpu": cpu_model(),
         "load_average_1m_at_start": os.getloadavg()[0],
         "python": platform.python_version(),
     }

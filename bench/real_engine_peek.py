@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import statistics
 import threading
@@ -37,6 +36,7 @@ from typing import Any
 import click
 import httpx
 
+from prefixserving.machine import cpu_model
 from prefixserving.stack.engines import (
     MODEL_NAME,
     Engine,
@@ -143,15 +143,7 @@ def run_round(engine: Engine, requests: list[tuple[float, list[int]]], max_token
 
 
 def machine() -> dict[str, Any]:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {"cores": os.cpu_count(), "cpu": model, "load_average_1m": os.getloadavg()[0]}
+    return {"cores": os.cpu_count(), "cpu": cpu_model(), "load_average_1m": os.getloadavg()[0]}
 
 
 def write_results(result: dict[str, Any]) -> None:

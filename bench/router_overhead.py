@@ -46,6 +46,8 @@ import click
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from prefixserving.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 ROUTER_CORE = 0
@@ -265,15 +267,9 @@ def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
 
 
 def machine() -> dict[str, object]:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     return {
         "cores": os.cpu_count(),
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "load_average_at_start": os.getloadavg(),
         "other_jobs_running": os.getloadavg()[0] > 0.5,

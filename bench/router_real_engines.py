@@ -47,6 +47,7 @@ from typing import Any
 import click
 import httpx
 
+from prefixserving.machine import cpu_model
 from prefixserving.stack.engines import (
     MODEL_NAME,
     EngineConfig,
@@ -266,12 +267,7 @@ def run_one(
 
 
 def machine() -> dict[str, Any]:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        "unknown",
-    )  # fmt: skip
-    return {"cores": os.cpu_count(), "cpu_model": model, "load_average": os.getloadavg()}
+    return {"cores": os.cpu_count(), "cpu_model": cpu_model(), "load_average": os.getloadavg()}
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> None:

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from prefixserving.machine import cpu_model
 from prefixserving.sim.baselines import make_sim_policy
 from prefixserving.sim.cluster import ClusterConfig, ClusterResult, ClusterSim
 from prefixserving.sim.replica import ServiceModel
@@ -243,12 +242,4 @@ def _comparable(ours: RunRow, other: RunRow) -> bool:
 
 
 def machine_description() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}"
+    return f"{os.cpu_count()} cores, {cpu_model()}"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from prefixserving.machine import cpu_model
 from prefixserving.stack.client import RequestResult, TimedRequest, replay
 from prefixserving.stack.engines import Engine, sum_metric
 from prefixserving.stack.local import StackConfig, running_stack
@@ -180,15 +181,7 @@ def chart(results: list[StackResult], path: Path) -> None:
 def machine_description() -> str:
     import os
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores, {cpu_model()}, {platform.system()} {platform.release()}"
 
 
 def run_demo(out_dir: Path, workload: DemoWorkload) -> list[StackResult]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixserving.engine.replay.policies import BASELINE
+from prefixserving.machine import cpu_model
 
 CANDIDATE = "peek"
 HIT_RATE_GOAL = 2.6
@@ -34,14 +35,7 @@ OVERHEAD_WAITING = 1000
 
 def machine_info() -> dict[str, Any]:
     """Cores, CPU model, load average and versions of the machine running the benchmark."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         from vllm import __version__ as vllm_version
     except ImportError:

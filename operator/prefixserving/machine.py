@@ -1,0 +1,17 @@
+"""The machine a benchmark ran on, for its results file."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"

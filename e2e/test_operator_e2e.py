@@ -4,14 +4,18 @@ stay Pending; the tests check what the operator does, not model serving."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from e2e_support import prefixserving, wait_for
 from prefixserving import constants
 from prefixserving.api.validation import parse_resource
 from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, PREFIX_SERVING, Kube
 from prefixserving.render import render_children
+from prefixserving.testing import prefixserving_body, wait_for
+
+# A real cluster is slower than the emulator: poll every second, for up to two minutes.
+wait_for = partial(wait_for, timeout_s=120.0, interval_s=1.0)
 
 SERVICE = KINDS[("v1", "Service")]
 HPA = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
@@ -48,7 +52,7 @@ def condition(kube: Kube, namespace: str, name: str, type_: str) -> dict[str, An
 
 
 def test_create_update_drift_delete(kube: Kube, namespace: str) -> None:
-    created = create(kube, prefixserving("e2e", namespace))
+    created = create(kube, prefixserving_body("e2e", namespace, replicas=1))
     wait_for(lambda: reconciled(kube, namespace, "e2e"), what="reconcile")
     body = kube.get(PREFIX_SERVING, namespace, "e2e")
     assert body is not None
@@ -81,8 +85,11 @@ def test_create_update_drift_delete(kube: Kube, namespace: str) -> None:
 
 
 def test_autoscaled_replicas_are_left_alone(kube: Kube, namespace: str) -> None:
-    body = prefixserving(
-        "auto", namespace, autoscaling={"enabled": True, "backend": "hpa", "maxReplicas": 5}
+    body = prefixserving_body(
+        "auto",
+        namespace,
+        replicas=1,
+        autoscaling={"enabled": True, "backend": "hpa", "maxReplicas": 5},
     )
     del body["spec"]["replicas"]
     create(kube, body)
@@ -112,7 +119,7 @@ def test_invalid_spec_and_policy_propagation(kube: Kube, namespace: str) -> None
             "spec": {"backend": "hpa", "minReplicas": 1, "maxReplicas": 3},
         },
     )
-    body = prefixserving(
+    body = prefixserving_body(
         "pol", namespace, autoscaling={"enabled": True, "policyRef": {"name": "steady"}}
     )
     del body["spec"]["replicas"]
@@ -133,7 +140,7 @@ def test_invalid_spec_and_policy_propagation(kube: Kube, namespace: str) -> None
 
     # The CRD's schema refuses most bad specs at the API server; a rule without CEL (shm larger
     # than the memory request) reaches the operator and must end in InvalidSpec.
-    bad = prefixserving(
+    bad = prefixserving_body(
         "bad",
         namespace,
         placement={"shm": {"sizeLimit": "512Gi"}},

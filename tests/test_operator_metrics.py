@@ -17,7 +17,9 @@ from prefixserving import constants
 from prefixserving.controller import metrics
 from prefixserving.controller.kube import DEPLOYMENT
 from prefixserving.stack.prometheus import running_prometheus
-from support.operator_harness import Harness, resource, wait_for
+from prefixserving.testing import prefixserving_body as resource
+from prefixserving.testing import wait_for
+from support.operator_harness import Harness
 
 NAMESPACE, NAME = "t-metrics", "chat"
 POD = f"{NAME}-engine-7d9f8c6b5-x2k4p"  # what the Deployment's pods are called

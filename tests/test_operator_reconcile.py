@@ -13,8 +13,10 @@ from prefixserving import constants
 from prefixserving.api.validation import parse_resource
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, POD
 from prefixserving.render import render_children
+from prefixserving.testing import prefixserving_body as resource
+from prefixserving.testing import wait_for
 from support.kube_emulator import resources
-from support.operator_harness import Harness, resource, wait_for
+from support.operator_harness import Harness
 
 SCALING_POLICY = KINDS[(constants.API_VERSION, constants.POLICY_KIND)]
 CONFIGMAP = KINDS[("v1", "ConfigMap")]

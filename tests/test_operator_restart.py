@@ -11,7 +11,9 @@ import pytest
 from prefixserving import constants
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
-from support.operator_harness import Harness, resource, wait_for
+from prefixserving.testing import prefixserving_body as resource
+from prefixserving.testing import wait_for
+from support.operator_harness import Harness
 
 
 @pytest.fixture

@@ -12,8 +12,10 @@ import pytest
 
 from prefixserving import constants
 from prefixserving.controller.kube import KINDS, Kind
+from prefixserving.testing import prefixserving_body as resource
+from prefixserving.testing import wait_for
 from support.kube_emulator import resources
-from support.operator_harness import Harness, resource, wait_for
+from support.operator_harness import Harness
 
 HPA = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 

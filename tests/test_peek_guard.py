@@ -82,6 +82,19 @@ def test_step_clears_the_eviction_window_and_reports_pressure() -> None:
     assert not guard.step(lambda h: counts.get(h, 0)).pressure
 
 
+def test_a_free_queue_shorter_than_the_window_is_pressure() -> None:
+    """The step may allocate more blocks than are free: every cached block can go, needed or
+    not, so the queue must reorder even though no needed block sits near the LRU end."""
+    pool = make_pool(num_blocks=7)
+    port = VllmBlockPoolPort(pool)
+    cache_chain(pool, "other", 3)
+    held = pool.get_new_blocks(4)  # running requests hold most of the pool: 2 blocks free
+    report = Guard(port, window_blocks=3).step(lambda h: 0)
+    assert report.needed_in_window == 0 and report.free_short and report.pressure
+    pool.free_blocks(held)
+    assert not Guard(port, window_blocks=3).step(lambda h: 0).pressure
+
+
 def test_without_guard_the_same_allocation_evicts_the_needed_chain() -> None:
     pool = make_pool(num_blocks=7)
     needed = cache_chain(pool, "needed", 3)

@@ -37,7 +37,8 @@ def test_retiring_the_pioneer_releases_its_siblings() -> None:
     holding.add_pioneer("pioneer", PIONEER_BLOCKS)
     for rid in ("s1", "s2"):
         holding.hold(rid, "pioneer", "p3", now_s=0.0)
-    assert sorted(holding.retire_pioneer("pioneer")) == ["s1", "s2"]
+    assert sorted(holding.retire_pioneer("pioneer", now_s=0.25)) == ["s1", "s2"]
+    assert holding.longest_wait_s == 0.25
     assert holding.decide("s3", PIONEER_BLOCKS, cached_blocks=0, now_s=0.0) is None
 
 
@@ -86,6 +87,9 @@ def test_sibling_total_hold_time_never_exceeds_max_wait(steps: list, max_wait_s:
             assert total_held.get(held_rid, 0.0) + (now - since) <= max_wait_s + 0.3 + 1e-9
     for rid, total in total_held.items():
         assert total <= max_wait_s + 0.3 + 1e-9, rid
+    if total_held:  # the reported longest hold is the longest observed one
+        longest = max(total_held.values())
+        assert longest - 1e-9 <= holding.longest_wait_s <= max_wait_s + 0.3 + 1e-9
     now += max_wait_s + 1.0
     holding.release_ready(now, never_cached)
     assert holding.num_held == 0

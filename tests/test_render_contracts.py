@@ -57,6 +57,19 @@ def test_peek_scheduler_accepts_the_rendered_settings(name: str) -> None:
         assert settings.max_sibling_wait_ms == scheduler.max_sibling_wait_ms
         assert settings.pin_budget_fraction == scheduler.pin_budget_fraction
         assert settings.lanes is scheduler.lanes
+        assert settings.max_overtakes == scheduler.max_overtakes
+
+
+def test_spec_scheduler_defaults_are_the_engines_own() -> None:
+    """An engine started without the operator schedules like the default spec renders it."""
+    from prefixserving.api.types import SchedulerSpec
+    from prefixserving.peek.settings import PeekSettings
+
+    spec, engine = SchedulerSpec(), PeekSettings()
+    assert spec.max_sibling_wait_ms == engine.max_sibling_wait_ms
+    assert spec.pin_budget_fraction == engine.pin_budget_fraction
+    assert spec.lanes is engine.lanes
+    assert spec.max_overtakes == engine.max_overtakes
 
 
 @pytest.mark.slow  # imports vLLM in a subprocess (tens of seconds on two cores)

@@ -79,6 +79,7 @@ HANDLER_POLICY: Final = "policy"
 ENV_MAX_SIBLING_WAIT_MS: Final = "PREFIXSERVING_MAX_SIBLING_WAIT_MS"
 ENV_PIN_BUDGET_FRACTION: Final = "PREFIXSERVING_PIN_BUDGET_FRACTION"
 ENV_LANES: Final = "PREFIXSERVING_LANES"
+ENV_MAX_OVERTAKES: Final = "PREFIXSERVING_MAX_OVERTAKES"
 
 # Router endpoints and metrics read by other components (warm-up sidecar, status, alerts).
 ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"

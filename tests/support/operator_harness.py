@@ -9,21 +9,17 @@ intervals are fixed at import, so every test module shares the same short ones).
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kopf.testing import KopfRunner
 
-from prefixserving import constants
 from prefixserving.api import names
 from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kind, Kube, load_api_client
 
 from .kube_emulator import EmulatorThread, ResourceType
-
-T = TypeVar("T")
 
 # Short timer periods for tests; read when prefixserving.controller.main is first imported.
 TEST_ENV = {
@@ -32,36 +28,6 @@ TEST_ENV = {
     "PREFIXSERVING_RESYNC_INTERVAL_S": "3600",
     "PREFIXSERVING_PROMETHEUS_TIMEOUT_S": "2",
 }
-
-
-def wait_for(predicate: Callable[[], T], timeout_s: float = 60.0, what: str = "condition") -> T:
-    """Poll ``predicate`` every 0.1 s until it returns a truthy value; fail after timeout."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}; last: {last!r}")
-
-
-def resource(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    """A small valid PrefixServing body; keyword arguments replace top-level spec blocks."""
-    body: dict[str, Any] = {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {
-                "servedName": "tiny-llama",
-                "source": {"huggingFace": {"repo": "example/tiny-llama"}},
-            },
-            "replicas": 2,
-        },
-    }
-    body["spec"].update(spec)
-    return body
 
 
 class Harness:

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from prefixserving import constants
+from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
+from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
+from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
 
 if TYPE_CHECKING:
     from prefixserving.api.types import (
@@ -47,9 +50,12 @@ MAX_SURGE: Final = 1
 
 # scheduler
 SCHEDULER_POLICY: Final = "peek"
-MAX_SIBLING_WAIT_MS: Final = 50
-PIN_BUDGET_FRACTION: Final = 0.1
+# The engine's own defaults (prefixserving.peek), so an engine started without the operator
+# schedules like one the operator renders, and the replay benchmark measures the default.
+MAX_SIBLING_WAIT_MS: Final = round(DEFAULT_MAX_SIBLING_WAIT_S * 1000)
+PIN_BUDGET_FRACTION: Final = DEFAULT_PIN_BUDGET_FRACTION
 LANES: Final = True
+MAX_OVERTAKES: Final = DEFAULT_MAX_OVERTAKES
 
 # placement
 SHM_SIZE_LIMIT: Final = "16Gi"

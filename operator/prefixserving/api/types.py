@@ -293,9 +293,18 @@ class SchedulerSpec(ApiModel):
     lanes: bool = Field(
         default=defaults.LANES,
         description=(
-            "Stride lanes: under cache pressure, clusters of requests that share a prefix take "
-            "turns (one lane each, plus one for requests that share nothing), so a hot prefix "
-            "cannot starve others. false: admission stays in arrival order."
+            "Stride lanes: under cache pressure, requests whose prefix is cached go first, "
+            "clusters taking turns by stride so a hot prefix cannot starve others. "
+            "false: admission stays in arrival order."
+        ),
+    )
+    max_overtakes: int = Field(
+        default=defaults.MAX_OVERTAKES,
+        ge=0,
+        le=100_000,
+        description=(
+            "Most younger requests the lanes may admit ahead of any waiting request; bounds "
+            "the extra wait reordering can cause (0: arrival order)."
         ),
     )
 

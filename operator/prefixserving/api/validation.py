@@ -59,6 +59,7 @@ OWNED_ENV: tuple[str, ...] = (
     constants.ENV_MAX_SIBLING_WAIT_MS,
     constants.ENV_PIN_BUDGET_FRACTION,
     constants.ENV_LANES,
+    constants.ENV_MAX_OVERTAKES,
     "HF_HOME",
     "HF_TOKEN",
 )

@@ -57,6 +57,10 @@ class VllmBlockPoolPort:
     def num_blocks(self) -> int:
         return self.pool.num_gpu_blocks
 
+    @property
+    def num_free(self) -> int:
+        return self.pool.get_num_free_blocks()
+
     def free_lru(self) -> Iterator[tuple[KVCacheBlock, BlockHash | None]]:
         queue = self.pool.free_block_queue
         block = queue.fake_free_list_head.next_free_block
@@ -92,7 +96,9 @@ class VllmEngineView:
 
     def __init__(self, block_size: int, is_cached: Callable[[BlockHash], bool]) -> None:
         self.block_size = block_size
-        self._is_cached = is_cached
+        # The pool probe itself, not a method that forwards to it: the queue calls it for
+        # every block it walks.
+        self.is_cached = is_cached
 
     def request_id(self, request: Request) -> str:
         return request.request_id
@@ -102,9 +108,6 @@ class VllmEngineView:
 
     def num_tokens(self, request: Request) -> int:
         return request.num_tokens
-
-    def is_cached(self, block_hash: BlockHash) -> bool:
-        return self._is_cached(block_hash)
 
     def prefill_done(self, request: Request) -> bool:
         if request.status != RequestStatus.RUNNING:
@@ -183,6 +186,7 @@ class PeekSchedulerMixin(Scheduler):
             "held_siblings": snap.held_siblings,
             "pinned_blocks": snap.pinned_blocks,
             "sibling_holds": snap.sibling_holds,
+            "longest_sibling_wait_s": round(self.waiting.holding.longest_wait_s, 4),
             "pressure_steps": snap.pressure_steps,
             "admitted": snap.admitted,
             "pick_tokens": snap.pick_tokens,

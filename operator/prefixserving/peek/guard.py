@@ -11,8 +11,9 @@ when it needs new blocks. The guard works on that queue through :class:`BlockPoo
    (``window_blocks`` blocks nobody needs) and moves every needed block it meets to the MRU end
    in the order met, which keeps their relative recency (ordering them by how many requests
    need them instead was measured to lower the hit rate). Meeting a needed block inside that
-   window means the cache cannot keep everything the queue needs: the step reports
-   **pressure** (the lanes switch from FCFS to lane stride and ride-along while it lasts).
+   window, or a free queue shorter than the window (the step may evict every cached block),
+   means the cache cannot keep everything the queue needs: the step reports **pressure**
+   (the lanes reorder hot requests first while it lasts).
 2. *Optionally, hard pins*: a needed block that ``pin_min_requests`` or more waiting requests
    need is pinned instead (reference count + 1, so it cannot be evicted), while the pinned
    blocks stay within ``pin_budget_fraction`` of the pool. Pins are released when no waiting
@@ -49,6 +50,11 @@ class BlockPoolPort(Protocol[B, H]):
         """Blocks in the pool."""
         ...
 
+    @property
+    def num_free(self) -> int:
+        """Blocks in the free queue (empty or evictable cached blocks)."""
+        ...
+
     def free_lru(self) -> Iterator[tuple[B, H | None]]:
         """Free blocks from the LRU (evict-first) end, with their prefix hash or None."""
         ...
@@ -76,15 +82,19 @@ class BlockPoolPort(Protocol[B, H]):
 
 @dataclass(frozen=True, slots=True)
 class GuardReport:
-    """What one ``step`` did: needed blocks met in the eviction window (pressure), moved, pinned."""
+    """What one ``step`` did: needed blocks met in the eviction window, moved, pinned, and
+    whether the free queue is smaller than the window (the step may evict every free block)."""
 
     needed_in_window: int
     moved: int
     pinned: int
+    free_short: bool
 
     @property
     def pressure(self) -> bool:
-        return self.needed_in_window > 0
+        """The cache cannot keep what the queue needs: a needed block is about to be evicted,
+        or the step may evict all free blocks."""
+        return self.needed_in_window > 0 or self.free_short
 
 
 class Guard(Generic[B, H]):
@@ -156,7 +166,12 @@ class Guard(Generic[B, H]):
                 pinned += 1
             else:
                 self.port.move_to_mru(block)
-        return GuardReport(needed_in_window=len(needed), moved=len(needed) - pinned, pinned=pinned)
+        return GuardReport(
+            needed_in_window=len(needed),
+            moved=len(needed) - pinned,
+            pinned=pinned,
+            free_short=self.port.num_free < window,
+        )
 
     def on_unneeded(self, hashes: Iterable[H]) -> int:
         """No waiting request needs these hashes any more: release their pins. O(hashes)."""

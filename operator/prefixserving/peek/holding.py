@@ -55,6 +55,7 @@ class HoldInfo(Generic[H]):
     pioneer: str
     target: H
     deadline_s: float
+    since_s: float
 
 
 class Holding(Generic[H]):
@@ -71,6 +72,8 @@ class Holding(Generic[H]):
         self._deadlines: list[tuple[float, str]] = []
         # Latest time each queued request may still be held (first hold + max wait).
         self._budget_end: dict[str, float] = {}
+        # Longest single hold released so far (benchmark reports; checks the wait bound).
+        self.longest_wait_s = 0.0
 
     # -- pioneers -------------------------------------------------------------------------------
     @property
@@ -87,14 +90,15 @@ class Holding(Generic[H]):
         owned = [h for h in hashes if self._owner.setdefault(h, pid) == pid]
         self._pioneer_hashes[pid] = owned
 
-    def retire_pioneer(self, pid: str) -> list[str]:
-        """Forget a pioneer (prefill done, preempted, aborted); return its released siblings."""
+    def retire_pioneer(self, pid: str, now_s: float | None = None) -> list[str]:
+        """Forget a pioneer (prefill done, preempted, aborted); return its released siblings.
+        ``now_s`` times their holds for ``longest_wait_s``."""
         for block_hash in self._pioneer_hashes.pop(pid, ()):
             if self._owner.get(block_hash) == pid:
                 del self._owner[block_hash]
         released: list[str] = []
         for key in [k for k in self._groups if k[0] == pid]:
-            released.extend(self._release_group(key))
+            released.extend(self._release_group(key, now_s))
         return released
 
     # -- siblings -------------------------------------------------------------------------------
@@ -128,7 +132,7 @@ class Holding(Generic[H]):
     def hold(self, rid: str, pioneer: str, target: H, now_s: float) -> HoldInfo[H]:
         """Park ``rid`` until ``target`` is cached, ``pioneer`` retires or its budget ends."""
         deadline = self._budget_end.setdefault(rid, now_s + self.max_sibling_wait_s)
-        info = HoldInfo(pioneer=pioneer, target=target, deadline_s=deadline)
+        info = HoldInfo(pioneer=pioneer, target=target, deadline_s=deadline, since_s=now_s)
         self._held[rid] = info
         self._groups.setdefault((pioneer, target), _Group(pioneer, target)).siblings.add(rid)
         heapq.heappush(self._deadlines, (deadline, rid))
@@ -138,12 +142,12 @@ class Holding(Generic[H]):
         """Siblings to hand back now: target cached, or deadline passed. O(groups + released)."""
         released: list[str] = []
         for key in [k for k, group in self._groups.items() if is_cached(group.target)]:
-            released.extend(self._release_group(key))
+            released.extend(self._release_group(key, now_s))
         while self._deadlines and self._deadlines[0][0] <= now_s:
             _, rid = heapq.heappop(self._deadlines)
             info = self._held.get(rid)
             if info is not None and info.deadline_s <= now_s:
-                self._unhold(rid, info)
+                self._unhold(rid, info, now_s)
                 released.append(rid)
         return released
 
@@ -164,14 +168,19 @@ class Holding(Generic[H]):
         self._deadlines.clear()
         return released
 
-    def _release_group(self, key: tuple[str, H]) -> list[str]:
+    def _record_wait(self, info: HoldInfo[H], now_s: float | None) -> None:
+        if now_s is not None:
+            self.longest_wait_s = max(self.longest_wait_s, now_s - info.since_s)
+
+    def _release_group(self, key: tuple[str, H], now_s: float | None = None) -> list[str]:
         group = self._groups.pop(key)
         for rid in group.siblings:
-            del self._held[rid]
+            self._record_wait(self._held.pop(rid), now_s)
         return sorted(group.siblings)
 
-    def _unhold(self, rid: str, info: HoldInfo[H]) -> None:
+    def _unhold(self, rid: str, info: HoldInfo[H], now_s: float | None = None) -> None:
         del self._held[rid]
+        self._record_wait(info, now_s)
         key = (info.pioneer, info.target)
         group = self._groups.get(key)
         if group is not None:

@@ -1,9 +1,9 @@
 """Queue index: a radix tree over the block hashes of the *waiting* requests.
 
 The engine hashes a prompt block by block with chained hashes (each hash covers the block and,
-through its parent, everything before it), so a hash names a whole prefix and the tree needs no
-edge labels: a node is one cacheable prefix block, keyed by its hash, with a pointer to its
-parent. Each node counts the waiting requests whose prompt passes through it.
+through its parent, everything before it), so a hash names a whole prefix and the tree needs
+neither edge labels nor parent pointers: a node is one cacheable prefix block, and the tree is a
+map from block hash to the number of waiting requests whose prompt passes through it.
 
 **Algorithm**
 1. ``insert(key, hashes)``: walk the hashes root to leaf, creating missing nodes and adding one
@@ -27,19 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Generic, TypeVar
 
 H = TypeVar("H", bound=Hashable)
-
-
-@dataclass(slots=True)
-class Node(Generic[H]):
-    """One prefix block: its parent's hash (None at the root), depth (1 = first block) and the
-    number of waiting requests whose path contains it."""
-
-    parent: H | None
-    depth: int
-    count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +56,7 @@ class QueueIndex(Generic[H]):
     """Radix tree over the waiting requests' block-hash paths, with per-node counts."""
 
     def __init__(self) -> None:
-        self._nodes: dict[H, Node[H]] = {}
+        self._counts: dict[H, int] = {}
         self._paths: dict[str, tuple[H, ...]] = {}
 
     def __len__(self) -> int:
@@ -77,7 +68,7 @@ class QueueIndex(Generic[H]):
 
     @property
     def num_nodes(self) -> int:
-        return len(self._nodes)
+        return len(self._counts)
 
     def insert(self, key: str, hashes: Sequence[H]) -> None:
         """Index a request's path. O(len(hashes)). Re-inserting a key replaces its path."""
@@ -85,14 +76,9 @@ class QueueIndex(Generic[H]):
             self.remove(key)
         path = tuple(hashes)
         self._paths[key] = path
-        parent: H | None = None
-        for depth, block_hash in enumerate(path, start=1):
-            node = self._nodes.get(block_hash)
-            if node is None:
-                node = Node(parent=parent, depth=depth)
-                self._nodes[block_hash] = node
-            node.count += 1
-            parent = block_hash
+        counts = self._counts
+        for block_hash in path:
+            counts[block_hash] = counts.get(block_hash, 0) + 1
 
     def remove(self, key: str) -> list[H]:
         """Drop a request's path; return the hashes no waiting request needs any more.
@@ -101,21 +87,19 @@ class QueueIndex(Generic[H]):
         if path is None:
             return []
         unneeded: list[H] = []
+        counts = self._counts
         for block_hash in path:
-            node = self._nodes[block_hash]
-            node.count -= 1
-            if node.count == 0:
-                del self._nodes[block_hash]
+            left = counts[block_hash] - 1
+            if left:
+                counts[block_hash] = left
+            else:
+                del counts[block_hash]
                 unneeded.append(block_hash)
         return unneeded
 
     def count(self, block_hash: H) -> int:
         """Waiting requests whose path passes through ``block_hash`` (0 if none). O(1)."""
-        node = self._nodes.get(block_hash)
-        return 0 if node is None else node.count
-
-    def node(self, block_hash: H) -> Node[H] | None:
-        return self._nodes.get(block_hash)
+        return self._counts.get(block_hash, 0)
 
     def path(self, key: str) -> tuple[H, ...]:
         """The indexed path of ``key`` (empty if not indexed)."""
@@ -130,9 +114,9 @@ class QueueIndex(Generic[H]):
         O(depth)."""
         threshold = 2 if self_indexed else 1
         depth = 0
+        counts = self._counts
         for block_hash in hashes:
-            node = self._nodes.get(block_hash)
-            if node is None or node.count < threshold:
+            if counts.get(block_hash, 0) < threshold:
                 break
             depth += 1
         return depth
@@ -160,11 +144,8 @@ class QueueIndex(Generic[H]):
         for path in self._paths.values():
             for block_hash in path:
                 expected[block_hash] = expected.get(block_hash, 0) + 1
-        assert expected.keys() == self._nodes.keys(), "node set differs from indexed paths"
-        for block_hash, node in self._nodes.items():
-            assert node.count == expected[block_hash] > 0, f"bad count at {block_hash!r}"
-            if node.parent is not None:
-                parent = self._nodes.get(node.parent)
-                assert parent is not None, f"orphan node {block_hash!r}"
-                assert parent.count >= node.count, f"parent count below child at {block_hash!r}"
-                assert parent.depth == node.depth - 1, f"bad depth at {block_hash!r}"
+            for parent, child in pairwise(path):
+                assert self._counts[parent] >= self._counts[child], (
+                    f"parent count below child at {child!r}"
+                )
+        assert expected == self._counts, "counts differ from the indexed paths"

@@ -26,8 +26,8 @@ name                                          type     meaning
 ``prefixserving:peek_lane_share``             gauge    share of admitted prefill tokens per lane
                                                        kind (``lane="solo"|"cluster"``)
 ``prefixserving:peek_pick_share``             gauge    share of admitted prefill tokens per
-                                                       stride class (``pick="fcfs"|"ride_along"``)
-``prefixserving:peek_admitted_total``         counter  admitted requests per stride class
+                                                       pick (``pick="fcfs"|"stride"``)
+``prefixserving:peek_admitted_total``         counter  admitted requests per pick
 ``prefixserving:peek_sibling_holds_total``    counter  times a sibling was held
 ``prefixserving:peek_pressure_steps_total``   counter  steps the guard reported cache pressure
 ============================================  =======  ==========================================
@@ -91,7 +91,7 @@ def snapshot_families(snap: PeekSnapshot, engine: str, model_name: str) -> list[
         (
             "pick_share",
             "pick",
-            "Admitted prefill token share per stride class.",
+            "Admitted prefill token share per pick (fcfs or stride).",
             snap.pick_tokens,
         ),
     ):
@@ -100,7 +100,9 @@ def snapshot_families(snap: PeekSnapshot, engine: str, model_name: str) -> list[
             gauge.add_metric([*base, key], share)
         families.append(gauge)
     admitted = CounterMetricFamily(
-        PREFIX + "admitted", "Admitted requests per stride class.", labels=[*LABELS, "pick"]
+        PREFIX + "admitted",
+        "Admitted requests per pick (fcfs or stride).",
+        labels=[*LABELS, "pick"],
     )
     for key, value in sorted(snap.admitted.items()):
         admitted.add_metric([*base, key], value)

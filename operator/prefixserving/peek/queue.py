@@ -4,17 +4,19 @@ The engine's scheduler scans its waiting queue with ``bool`` / ``peek`` / ``pop`
 requests back with ``prepend``. :class:`PeekQueue` answers those calls in PEEK order:
 
 1. ``begin_step(now)`` (once per scheduler step, before the engine allocates anything) runs
-   the eviction guard over the free queue, switches the lanes from FCFS to lane stride and
-   ride-along while it reports cache pressure, and retires pioneers whose prefill is done.
+   the eviction guard over the free queue, switches the lanes from FCFS to hot-lane stride
+   while it reports cache pressure (and for ``PRESSURE_MEMORY_STEPS`` steps after), and
+   retires pioneers whose prefill is done.
    Holds are refreshed lazily at the step's first ``bool``/``peek``, that is after the running
    requests' allocations of the step, so a sibling is released in the very step its pioneer's
    last shared block is registered.
-2. The next request comes from the lanes (FCFS; under pressure lane stride or ride-along).
+2. The next request comes from the lanes (FCFS; under pressure hot lanes by stride within the
+   overtake budget).
    Its dual walk (cached blocks now) goes to the holding rules; a sibling of a running pioneer
    is parked and the next request is tried. ``bool`` is True iff a request can be presented.
 3. ``pop`` admits the presented request: it leaves the index (the guard releases pins of blocks
    nobody waits for any more), becomes a pioneer for its uncached blocks, and its uncached
-   prompt tokens are charged to the stride class that picked it.
+   prompt tokens are charged to its lane's stride pass.
 
 ``prepend`` puts a request at the front (vLLM: preempted requests, requests skipped in a step);
 a request popped and prepended in the same step is treated as never admitted.
@@ -39,6 +41,10 @@ from prefixserving.peek.settings import PeekSettings
 R = TypeVar("R")
 H = TypeVar("H", bound=Hashable)
 
+# Steps the lanes keep reordering after the guard last reported pressure: the free queue
+# refills and drains from step to step, so pressure seen now is pressure a few steps on.
+PRESSURE_MEMORY_STEPS = 16
+
 
 class EngineView(Protocol[R, H]):
     """What the queue needs to know about the engine's requests and prefix cache."""
@@ -62,8 +68,8 @@ class EngineView(Protocol[R, H]):
 
 @dataclass(slots=True)
 class QueueStats:
-    """Counters for metrics: admitted requests and prefill tokens per stride class and lane
-    kind, siblings held and released, guard pressure steps."""
+    """Counters for metrics: admitted requests and prefill tokens per pick (FCFS spine or
+    hot-lane stride) and lane kind, siblings held, guard pressure steps."""
 
     admitted: dict[str, int]
     admitted_tokens: dict[str, int]
@@ -93,7 +99,7 @@ class PeekQueue(Generic[R, H]):
         self.guard = guard
         self.index: QueueIndex[H] = QueueIndex()
         self.holding: Holding[H] = Holding(self.settings.max_sibling_wait_ms / 1000.0)
-        self.lanes: Lanes[R] = Lanes(ride_share=self.settings.ride_share)
+        self.lanes: Lanes[R] = Lanes(max_overtakes=self.settings.max_overtakes)
         self.stats = QueueStats(
             admitted={p.value: 0 for p in Pick},
             admitted_tokens={p.value: 0 for p in Pick},
@@ -107,7 +113,8 @@ class PeekQueue(Generic[R, H]):
         self._holds_fresh = False
         self._hot_memo: dict[str, bool] = {}
         self._now_s = 0.0
-        self.last_guard_report = GuardReport(0, 0, 0)
+        self._steps_since_pressure = PRESSURE_MEMORY_STEPS + 1
+        self.last_guard_report = GuardReport(0, 0, 0, free_short=False)
 
     # -- per step -------------------------------------------------------------------------------
     def begin_step(self, now_s: float, window_blocks: int | None = None) -> None:
@@ -124,9 +131,14 @@ class PeekQueue(Generic[R, H]):
                 self._retire(pid)
         if self.guard is not None:
             self.last_guard_report = self.guard.step(self.index.count, window_blocks)
-            if self.last_guard_report.pressure:
-                self.stats.pressure_steps += 1
-        self.lanes.pressure = self.settings.lanes and self.last_guard_report.pressure
+        if self.last_guard_report.pressure:
+            self.stats.pressure_steps += 1
+            self._steps_since_pressure = 0
+        else:
+            self._steps_since_pressure += 1
+        self.lanes.pressure = (
+            self.settings.lanes and self._steps_since_pressure <= PRESSURE_MEMORY_STEPS
+        )
 
     def release_pins(self) -> int:
         """Release every hard pin (preemption pressure, cache reset, shutdown)."""
@@ -182,7 +194,7 @@ class PeekQueue(Generic[R, H]):
         self.stats.admitted_tokens[candidate.pick.value] += cost
         self.stats.lane_tokens["solo" if entry.lane == SOLO_LANE else "cluster"] += cost
         self._popped_this_step.add(entry.rid)
-        # The admitted request's prefix is now cached: the rest of its cluster can ride along.
+        # The admitted request's prefix is now cached: the rest of its cluster is hot.
         self.lanes.mark_hot(entry.lane)
         return entry.request
 
@@ -263,7 +275,7 @@ class PeekQueue(Generic[R, H]):
     def _retire(self, pid: str) -> None:
         if self._pioneer_requests.pop(pid, None) is None:
             return
-        for rid in self.holding.retire_pioneer(pid):
+        for rid in self.holding.retire_pioneer(pid, self._now_s):
             self.lanes.unpark(rid)
         self._candidate = None
 
@@ -302,17 +314,18 @@ class PeekQueue(Generic[R, H]):
         return hot
 
     def _cached_half(self, entry: Entry[R]) -> bool:
+        """Walk the leading blocks only until the hot threshold is reached."""
         tokens = self.view.num_tokens(entry.request)
         if tokens <= 0:
             return False
+        needed_blocks = self.settings.hot_min_cached_fraction * tokens / self.view.block_size
+        is_cached = self.view.is_cached
         cached_blocks = 0
         for block_hash in self._hashes[entry.rid]:
-            if not self.view.is_cached(block_hash):
+            if cached_blocks >= needed_blocks or not is_cached(block_hash):
                 break
             cached_blocks += 1
-        return cached_blocks * self.view.block_size >= (
-            self.settings.hot_min_cached_fraction * tokens
-        )
+        return cached_blocks >= needed_blocks
 
     def _cost_tokens(self, request: R, walk: DualWalk) -> int:
         uncached = self.view.num_tokens(request) - walk.cached_blocks * self.view.block_size

@@ -10,8 +10,10 @@ variable                                  default  meaning
                                                    (0 turns holding off)
 ``PREFIXSERVING_PIN_BUDGET_FRACTION``     0.0      share of the KV pool the guard may hard-pin
                                                    (0: only LRU reordering, no capacity cost)
-``PREFIXSERVING_LANES``                   true     stride lanes with ride-along under cache
-                                                   pressure; false keeps plain FCFS order
+``PREFIXSERVING_LANES``                   true     under cache pressure, hot lanes by stride
+                                                   first; false keeps plain FCFS order
+``PREFIXSERVING_MAX_OVERTAKES``           256      most younger requests admitted ahead of any
+                                                   waiting request (0: FCFS order)
 ========================================  =======  ===============================================
 """
 
@@ -23,12 +25,13 @@ from dataclasses import dataclass
 
 from prefixserving.constants import (
     ENV_LANES,
+    ENV_MAX_OVERTAKES,
     ENV_MAX_SIBLING_WAIT_MS,
     ENV_PIN_BUDGET_FRACTION,
 )
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
-from prefixserving.peek.lanes import DEFAULT_RIDE_SHARE
+from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -36,13 +39,13 @@ _FALSE = {"0", "false", "no", "off"}
 
 @dataclass(frozen=True, slots=True)
 class PeekSettings:
-    """PEEK knobs. ``ride_share`` and ``hot_min_cached_fraction`` are design constants exposed
-    for benchmarks, not spec fields."""
+    """PEEK knobs. ``hot_min_cached_fraction`` is a design constant exposed for benchmarks,
+    not a spec field."""
 
     max_sibling_wait_ms: float = DEFAULT_MAX_SIBLING_WAIT_S * 1000.0
     pin_budget_fraction: float = DEFAULT_PIN_BUDGET_FRACTION
     lanes: bool = True
-    ride_share: float = DEFAULT_RIDE_SHARE
+    max_overtakes: int = DEFAULT_MAX_OVERTAKES
     hot_min_cached_fraction: float = 0.5
 
     def __post_init__(self) -> None:
@@ -50,18 +53,22 @@ class PeekSettings:
             raise ValueError(f"{ENV_MAX_SIBLING_WAIT_MS} must be >= 0")
         if not 0.0 <= self.pin_budget_fraction <= 1.0:
             raise ValueError(f"{ENV_PIN_BUDGET_FRACTION} must be between 0 and 1")
+        if self.max_overtakes < 0:
+            raise ValueError(f"{ENV_MAX_OVERTAKES} must be >= 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PeekSettings:
         """Read the settings; raise ValueError naming the variable on a bad value."""
         env = os.environ if env is None else env
-        kwargs: dict[str, float | bool] = {}
+        kwargs: dict[str, float | int | bool] = {}
         if (raw := env.get(ENV_MAX_SIBLING_WAIT_MS)) is not None:
             kwargs["max_sibling_wait_ms"] = _number(ENV_MAX_SIBLING_WAIT_MS, raw)
         if (raw := env.get(ENV_PIN_BUDGET_FRACTION)) is not None:
             kwargs["pin_budget_fraction"] = _number(ENV_PIN_BUDGET_FRACTION, raw)
         if (raw := env.get(ENV_LANES)) is not None:
             kwargs["lanes"] = _flag(ENV_LANES, raw)
+        if (raw := env.get(ENV_MAX_OVERTAKES)) is not None:
+            kwargs["max_overtakes"] = _count(ENV_MAX_OVERTAKES, raw)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
@@ -70,6 +77,13 @@ def _number(name: str, raw: str) -> float:
         return float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number, e.g. {name}=500") from None
+
+
+def _count(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number, e.g. {name}=256") from None
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -103,6 +103,7 @@ def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
             {"name": constants.ENV_MAX_SIBLING_WAIT_MS, "value": str(s.max_sibling_wait_ms)},
             {"name": constants.ENV_PIN_BUDGET_FRACTION, "value": number(s.pin_budget_fraction)},
             {"name": constants.ENV_LANES, "value": "true" if s.lanes else "false"},
+            {"name": constants.ENV_MAX_OVERTAKES, "value": str(s.max_overtakes)},
         ]
     return env + [e.model_dump(by_alias=True, exclude_none=True) for e in spec.engine.env]
 

@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefixserving import constants
+from prefixserving.stack.processes import stop_process
 
 ModelShape = Literal["small", "medium"]
 SchedulerPolicy = Literal["peek", "fcfs"]
@@ -254,17 +254,8 @@ def wait_ready(engine: Engine, timeout_s: float = 600.0) -> None:
 
 
 def stop_engine(engine: Engine, grace_s: float = 20.0) -> None:
-    """Stop the engine's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
-    if engine.process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(engine.process.pid, signal.SIGTERM)
-    try:
-        engine.process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(engine.process.pid, signal.SIGKILL)
-        engine.process.wait()
+    """Stop the engine and the engine-core process it forked."""
+    stop_process(engine.process, grace_s)
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from prefixserving.stack.engines import (
     free_port,
     running_engines,
 )
+from prefixserving.stack.processes import stop_process
 
 
 @dataclass(frozen=True)
@@ -74,16 +75,6 @@ def _prefixserving(*args: str, log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextlib.contextmanager
@@ -148,6 +139,6 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
             yield Stack(config, engines, router_url, warmup_urls)
     finally:
         for process in reversed(processes):
-            _stop(process)
+            stop_process(process)
         if workdir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -28,6 +28,7 @@ import httpx
 import yaml
 
 from prefixserving.stack.engines import free_port
+from prefixserving.stack.processes import stop_process
 
 
 class PrometheusNotInstalled(RuntimeError):
@@ -53,13 +54,7 @@ class Prometheus:
         return sum(1 for t in body["data"]["activeTargets"] if t["health"] == "up")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace_s=15)
 
 
 def prometheus_binary() -> str:

@@ -275,8 +275,8 @@ def _workload_table(w: dict[str, Any]) -> list[str]:
         f"{e['max_num_batched_tokens']} tokens/step.",
         "",
         "| policy | hit rate | x FCFS | prefill tokens | TTFT p50 s | p90 s | p99 s | "
-        "p50 x FCFS | p99 x FCFS | cold p99 s | req/s | preempt |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p50 x FCFS | p99 x FCFS | cold p99 s | req/s | preempt | sibling wait s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rat = w.get("ratios", {})
     for policy, r in w["runs"].items():
@@ -287,7 +287,7 @@ def _workload_table(w: dict[str, Any]) -> list[str]:
             f"{_fmt(r['ttft_s'].get('p90'))} | {_fmt(r['ttft_s'].get('p99'))} | "
             f"{_fmt(x.get('ttft_p50'), 3)} | {_fmt(x.get('ttft_p99'), 3)} | "
             f"{_fmt(r['cold_ttft_s'].get('p99'))} | {r['throughput_rps']:.3f} | "
-            f"{r['preemptions']} |"
+            f"{r['preemptions']} | {_fmt(r['longest_sibling_wait_s'])} |"
         )
     lines.append("")
     return lines

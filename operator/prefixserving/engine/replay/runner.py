@@ -130,16 +130,6 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
                 f"({metrics['wall_s']:.0f}s wall)"
             )
         entry["ratios"] = report.ratios(entry["runs"])
-        peek = entry["runs"].get(report.CANDIDATE)
-        if (
-            peek is not None
-            and peek["longest_sibling_wait_s"] is None
-            and not any("sibling wait" in n for n in result["notes"])
-        ):
-            result["notes"].append(
-                "Longest sibling wait: the PEEK scheduler's replay_stats() reports no sibling "
-                "wait time, so the column is empty; its hold counters are in policy_stats."
-            )
         result["workloads"].append(entry)
         result["goals"] = report.goals(result["workloads"], result["overhead"], sharing, control)
         paths = report.write(spec.out_dir, spec.name, result)

@@ -10,6 +10,14 @@ Setup, all on loopback:
 - a load generator (aiohttp) holding ``C`` concurrent streams, each a loop of streamed
   completions with text prompts that share 1 KiB prefixes in 16 groups.
 
+Router CPU per request: a fixed number of non-streamed and of 16-chunk streamed requests,
+three times each, with the router process's user + system CPU time (``/proc/PID/stat``) read
+before and after; the median and the minimum are reported. Unlike latency, the non-streamed
+figure barely moves when other jobs share the machine, so it is the one to compare between
+router versions. The streamed figure does move: a router kept off its core by other jobs finds
+several chunks waiting per wake-up and passes them in one read and one write, so it spends
+less CPU per request than on an idle machine.
+
 Added latency: each concurrency level runs twice against the fake engine directly and twice
 through the router, alternating (direct, routed, direct, routed); the time to the first chunk
 (TTFB) is pooled per mode, and the added latency at a percentile is routed minus direct at
@@ -21,7 +29,7 @@ concurrent clients through the router on one core.
 The fake engine and the load generator share the other core, so on a 2-core machine the
 client side can limit the rates; the report says when the router was not the bottleneck.
 
-Run: ``.venv/bin/python bench/router_overhead.py`` (about 2 minutes).
+Run: ``.venv/bin/python bench/router_overhead.py`` (about 3 minutes).
 Writes ``bench/results/router-overhead.json`` and ``.md``.
 """
 
@@ -34,6 +42,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -202,10 +211,18 @@ class Phase:
     elapsed_s: float
 
 
-async def run_load(base: str, concurrency: int, duration_s: float, stream: bool) -> Phase:
-    """``concurrency`` clients, each sending requests back to back for ``duration_s``."""
+async def run_load(
+    base: str,
+    concurrency: int,
+    duration_s: float,
+    stream: bool,
+    max_requests: int | None = None,
+) -> Phase:
+    """``concurrency`` clients, each sending requests back to back for ``duration_s`` or until
+    ``max_requests`` were sent in all."""
     ttfb: list[float] = []
-    counts = {"requests": 0, "errors": 0}
+    counts = {"requests": 0, "errors": 0, "sent": 0}
+    limit = max_requests if max_requests is not None else float("inf")
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -213,7 +230,8 @@ async def run_load(base: str, concurrency: int, duration_s: float, stream: bool)
 
         async def client(worker: int) -> None:
             i = worker
-            while time.perf_counter() < stop_at:
+            while time.perf_counter() < stop_at and counts["sent"] < limit:
+                counts["sent"] += 1
                 body = {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
                 i += concurrency
                 started = time.perf_counter()
@@ -240,6 +258,35 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+CPU_WORKLOADS = {  # name: (concurrent clients, requests per repeat, streamed)
+    "non-streamed": (64, 3000, False),
+    "streamed, 16 chunks": (200, 1000, True),
+}
+CPU_REPEATS = 3
+
+
+async def measure_cpu(router: str, router_pid: int) -> dict[str, dict[str, float]]:
+    """Router CPU milliseconds per request for each of ``CPU_WORKLOADS`` (median and minimum
+    of ``CPU_REPEATS`` fixed-count runs)."""
+    out = {}
+    for name, (clients, requests, stream) in CPU_WORKLOADS.items():
+        per_request_ms = []
+        errors = 0
+        for _ in range(CPU_REPEATS):
+            before = cpu_seconds(router_pid)
+            phase = await run_load(router, clients, 120.0, stream, max_requests=requests)
+            per_request_ms.append((cpu_seconds(router_pid) - before) / phase.requests * 1000)
+            errors += phase.errors
+        out[name] = {
+            "clients": clients,
+            "requests_per_repeat": requests,
+            "cpu_ms_per_request_median": statistics.median(per_request_ms),
+            "cpu_ms_per_request_min": min(per_request_ms),
+            "errors": errors,
+        }
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -329,6 +376,7 @@ async def measure(
     throughput["routed"]["router_cpu_ms_per_request"] = cpu_ms
     throughput["routed"]["req_per_s_per_busy_core"] = 1000 / cpu_ms if cpu_ms else float("nan")
     out["max_throughput_64_clients"] = throughput
+    out["cpu_per_request"] = await measure_cpu(router, router_pid)
     return out
 
 
@@ -356,6 +404,23 @@ def write_markdown(result: dict, path: Path) -> None:
             f"| {r['ttfb_p50_ms']:.2f} / {r['ttfb_p99_ms']:.2f} "
             f"| {row['added_p50_ms']:.2f} / {row['added_p99_ms']:.2f} "
             f"| {r['req_per_s']:.0f} | {row['router_cpu_ms_per_request']:.2f} | {r['errors']} |"
+        )
+    lines += [
+        "",
+        f"Router CPU per request (user + system time of the router process over a fixed number "
+        f"of requests, {CPU_REPEATS} repeats; the non-streamed figure is the one to compare "
+        "between router versions, the streamed one drops when other jobs delay the router):",
+        "",
+        "| requests | concurrent clients | requests per repeat | CPU per request, median / min "
+        "(ms) | requests/s on one busy core | errors |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in result["results"]["cpu_per_request"].items():
+        median = row["cpu_ms_per_request_median"]
+        lines.append(
+            f"| {name} | {row['clients']} | {row['requests_per_repeat']} "
+            f"| {median:.3f} / {row['cpu_ms_per_request_min']:.3f} "
+            f"| {1000 / median:.0f} | {row['errors']} |"
         )
     h = result["results"]["router_histogram"]
     t = result["results"]["max_throughput_64_clients"]

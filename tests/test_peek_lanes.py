@@ -71,9 +71,9 @@ def test_every_request_is_admitted_once_and_overtaken_at_most_the_budget(
             if other.present and int(other.rid[1:]) < seq:
                 overtaken[other.rid] = overtaken.get(other.rid, 0) + 1
                 assert overtaken[other.rid] <= max_overtakes
-        assert (how is Pick.STRIDE) == any(
-            int(o.rid[1:]) < seq and o.present for o in lanes
-        ), "a stride pick is exactly one that overtakes a presentable older request"
+        assert (how is Pick.STRIDE) == any(int(o.rid[1:]) < seq and o.present for o in lanes), (
+            "a stride pick is exactly one that overtakes a presentable older request"
+        )
 
     for op, number, flag in operations:
         if op == "add":

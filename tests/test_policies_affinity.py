@@ -6,9 +6,14 @@ import random
 
 import pytest
 
+from prefixserving import constants
+from prefixserving.router.keys import KeyConfig
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
 from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
-from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+from prefixserving.router.policies.prefix_affinity import (
+    PrefixAffinityConfig,
+    PrefixAffinityPolicy,
+)
 from prefixserving.router.policies.ranking import rendezvous_rank
 from prefixserving.router.policies.registry import POLICY_NAMES, make_policy
 from prefixserving.router.policies.two_choice import TwoChoicePolicy
@@ -218,3 +223,82 @@ def test_two_choice_keeps_affinity_then_spills_to_the_other_candidate() -> None:
     loads[first.backend] = BackendLoad(in_flight=6)
     spilled = policy.select(RoutingContext(blocks, BACKENDS, loads))
     assert spilled == (other, DecisionReason.SPILLED)
+
+
+def test_a_heavy_key_spills_where_a_light_key_stays() -> None:
+    """One key carries 4% of the traffic (heavy: over 1/8 of a backend's fair share of 12.5%,
+    yet not hot), the rest are one-off conversations. At the same moderately high load on
+    their home, the heavy key moves and the light one keeps its cache."""
+    policy = make_policy("prefix_affinity", load_slack=0)
+    for i in range(900):
+        blocks = (77, 78) if i % 25 == 0 else (10_000 + i, 1)
+        policy.select(RoutingContext(blocks, BACKENDS))
+
+    def decide(blocks: tuple[int, ...]) -> DecisionReason:
+        home = policy.rank(blocks, BACKENDS)[0]
+        loads = {b: BackendLoad(in_flight=4) for b in BACKENDS}
+        loads[home] = BackendLoad(in_flight=8)  # mean after 37/8: heavy cap 6, light cap 9
+        return policy.select(RoutingContext(blocks, BACKENDS, loads)).reason
+
+    assert decide((77, 78)) is DecisionReason.SPILLED
+    assert decide((555_555, 1)) is DecisionReason.AFFINITY
+
+
+def test_one_bound_for_all_keys_when_light_equals_heavy() -> None:
+    config = PrefixAffinityConfig(light_load_bound=1.25)
+    assert config.bound_for(0.0, 8) == config.bound_for(1.0, 8) == 1.25
+    graded = PrefixAffinityConfig()
+    assert graded.bound_for(0.0, 8) == graded.light_load_bound
+    assert graded.bound_for(graded.heavy_share / 8, 8) == graded.load_bound
+    assert graded.load_bound < graded.bound_for(graded.heavy_share / 16, 8) < 2.0
+    # A --load-bound above the light bound (the CLI sets only load_bound) is one bound.
+    loose = PrefixAffinityConfig(load_bound=3.0)
+    assert loose.bound_for(0.0, 8) == loose.bound_for(1.0, 8) == 3.0
+    with pytest.raises(ValueError, match="light_load_bound"):
+        PrefixAffinityConfig(light_load_bound=0.5)
+
+
+def test_a_hot_document_lives_on_as_many_backends_as_it_needs() -> None:
+    """Behind a system prompt everyone shares, one document takes 20% of the traffic: hot for
+    8 backends (over 0.5 / 8), so its questions are spread, but over ceil(0.2 / 0.0625) = 4
+    backends, the document's first rendezvous choices (its home while it was not hot comes
+    first), not over all 8."""
+    policy = PrefixAffinityPolicy()
+    rng = random.Random(7)
+    used: set[str] = set()
+    for i in range(3000):
+        if i % 5 == 0:
+            blocks = (5, 6, 900, 901, 50_000 + i)
+        else:
+            doc = 1000 + rng.randrange(100)
+            blocks = (5, 6, doc, doc + 1, 50_000 + i)
+        backend = policy.select(RoutingContext(blocks, BACKENDS)).backend
+        if i % 5 == 0 and i >= 1000:
+            used.add(backend)
+    assert used == set(rendezvous_rank(900, BACKENDS)[:4])
+
+
+def test_routers_with_different_in_flight_counts_agree_on_engine_counts() -> None:
+    """Each router counts only its own in-flight requests; the engines' running and waiting
+    counts, scraped by both, include every router's. Same scraped loads, same choices."""
+    first, second = make_policy("prefix_affinity"), make_policy("prefix_affinity")
+    rng = random.Random(2)
+    choices = []
+    for i in range(600):
+        blocks = (1000 + rng.randrange(40), 5000 + i)
+        running = {b: float(rng.randrange(4, 24)) for b in BACKENDS}
+        mine = {b: rng.randrange(int(running[b]) + 1) for b in BACKENDS}
+        loads_a = {b: BackendLoad(mine[b], 1.0, 0.3, running[b]) for b in BACKENDS}
+        loads_b = {
+            b: BackendLoad(int(running[b]) - mine[b], 1.0, 0.3, running[b]) for b in BACKENDS
+        }
+        a = first.select(RoutingContext(blocks, BACKENDS, loads_a))
+        b = second.select(RoutingContext(blocks, BACKENDS, loads_b))
+        assert a == b, i
+        choices.append(a.reason)
+    assert DecisionReason.SPILLED in choices  # the loads did push some requests off home
+
+
+def test_the_key_depth_covers_every_block_the_router_hashes() -> None:
+    assert PrefixKeyParams().max_depth_blocks == KeyConfig().prefix_blocks
+    assert KeyConfig().prefix_blocks == constants.ROUTER_PREFIX_BLOCKS

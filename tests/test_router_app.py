@@ -10,6 +10,7 @@ import pytest
 
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
+from prefixserving.router.metrics import LatencyHistogram
 from router_support import completion, eventually, fake_engines, metric_value, running_router
 
 
@@ -191,3 +192,26 @@ async def test_hygiene_endpoint_and_metric_flag_a_leading_timestamp() -> None:
             )
             == 1
         )
+
+
+async def test_unknown_path_and_wrong_method_answer_openai_errors() -> None:
+    async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
+        assert_openai_error(await r.client.get("/v1/embeddings"), 404)
+        wrong = await r.client.get("/v1/completions")
+        assert_openai_error(wrong, 405)
+        assert wrong.headers["allow"] == "POST"
+        head = await r.client.head("/healthz")
+        assert head.status_code == 200 and head.content == b""
+        assert engine.received == []
+
+
+def test_latency_histogram_buckets_are_cumulative_and_bounds_inclusive() -> None:
+    histogram = LatencyHistogram("x_seconds", "doc", (0.001, 0.002))
+    for seconds in (0.0005, 0.001, 0.0015, 0.5):
+        histogram.observe(seconds)
+    samples = {(s.name, s.labels.get("le")): s.value for s in histogram.family().samples}
+    assert samples[("x_seconds_bucket", "0.001")] == 2  # 0.001 itself is within le="0.001"
+    assert samples[("x_seconds_bucket", "0.002")] == 3
+    assert samples[("x_seconds_bucket", "+Inf")] == 4
+    assert samples[("x_seconds_count", None)] == 4
+    assert samples[("x_seconds_sum", None)] == pytest.approx(0.503)

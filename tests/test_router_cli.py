@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from click.testing import CliRunner
 
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
+from prefixserving.router.fake_engine import FakeEngine, fake_engine_config
 
 FLAGS = (
     "--host", "--port", "--backend", "--dns", "--policy", "--load-bound", "--prefix-blocks",
     "--block-chars", "--model", "--max-body-bytes", "--scrape-interval-s", "--log-format",
+    "--workers",
 )  # fmt: skip
 
 
@@ -106,3 +113,63 @@ def test_router_process_serves_health_and_readiness() -> None:
     messages = [line["msg"] for line in lines]
     assert any("ejected backend http://127.0.0.1:1" in m for m in messages)
     assert "Application shutdown complete." in messages
+
+
+@contextlib.contextmanager
+def _engine_in_thread(engine: FakeEngine) -> Iterator[str]:
+    """A fake engine served by uvicorn in a background thread (the router is a subprocess)."""
+    port = _free_port()
+    server = uvicorn.Server(fake_engine_config(engine, port=port))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the fake engine did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """Worker processes uvicorn spawned under ``parent``."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            fields = dict(
+                line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line
+            )
+            cmdline = (status.parent / "cmdline").read_bytes()
+            if int(fields.get("PPid", "0")) == parent and b"spawn_main" in cmdline:
+                pids.append(int(status.parent.name))
+    return pids
+
+
+def test_workers_share_the_port_and_stop_together() -> None:
+    engine = FakeEngine(name="e0")
+    port = _free_port()
+    with _engine_in_thread(engine) as url:
+        command = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--backend", url, "--workers", "2"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).is_success:
+                        break
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                time.sleep(0.1)
+            workers = _worker_pids(process.pid)
+            assert len(workers) == 2
+            for i in range(12):  # a new connection each: the kernel spreads them over workers
+                body = {"model": "fake-model", "prompt": f"p{i}", "max_tokens": 1}
+                answer = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body)
+                assert answer.status_code == 200 and answer.json()["backend"] == "e0"
+            assert len(engine.received) == 12
+        finally:
+            process.terminate()
+            process.communicate(timeout=20)
+        assert process.returncode in (0, -15)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)

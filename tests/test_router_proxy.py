@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
+import uvicorn
 
-from router_support import completion, eventually, fake_engines, metric_value, running_router
+from prefixserving.router.app import Router, RouterConfig, build_app
+from prefixserving.router.backends import BackendPool
+from prefixserving.router.fake_engine import serving
+from router_support import (
+    FAST_POOL,
+    FirstPolicy,
+    completion,
+    eventually,
+    fake_engines,
+    metric_value,
+    running_router,
+)
 
 
 async def test_non_streamed_answer_passes_through_unchanged() -> None:
@@ -134,3 +148,62 @@ async def test_models_is_forwarded() -> None:
         response = await r.client.get("/v1/models")
         assert response.status_code == 200
         assert response.json()["data"][0]["id"] == "fake-model"
+
+
+async def test_no_answer_within_the_read_timeout_is_retried_on_the_next_backend() -> None:
+    config = RouterConfig(read_timeout_s=0.3)
+    async with (
+        fake_engines(2) as engines,
+        running_router([u for _, u in engines], config=config) as r,
+    ):
+        (first, _), (second, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy's order
+        first.first_delay_s = 2.0
+        response = await r.client.post("/v1/completions", json=completion("a"))
+        assert response.status_code == 200 and response.json()["backend"] == second.name
+        text = (await r.client.get("/metrics")).text
+        assert metric_value(text, "prefixserving_router_retries_total", reason="read_error") == 1
+        await eventually(lambda: first.aborted == 1)  # the silent engine saw the hang-up
+
+
+async def test_a_stream_that_falls_silent_is_cut_after_the_read_timeout() -> None:
+    config = RouterConfig(read_timeout_s=0.3)
+    async with (
+        fake_engines(1, chunks=50, chunk_delay_s=0.1) as [(engine, url)],
+        running_router([url], config=config) as r,
+    ):
+        # Chunks 0.1 s apart keep a 0.3 s idle timer satisfied for the whole stream...
+        async with r.client.stream(
+            "POST", "/v1/completions", json=completion("steady", stream=True)
+        ) as response:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert raw.endswith(b"data: [DONE]\n\n") and engine.completed_streams == 1
+        # ...but a stream that stalls after its first chunk is cut within twice the timeout.
+        engine.chunk_delay_s = 5.0
+        started = time.monotonic()
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with r.client.stream(
+                "POST", "/v1/completions", json=completion("stalls", stream=True)
+            ) as response:
+                async for _ in response.aiter_raw():
+                    pass
+        assert time.monotonic() - started < 2.0
+        await eventually(lambda: engine.aborted == 1)
+        assert r.router.pool.state(url).in_flight == 0
+
+
+async def test_disconnect_propagates_under_a_server_without_the_disconnect_hook() -> None:
+    """Stock uvicorn (no ``DISCONNECT_HOOK`` in the scope): the watcher task takes over."""
+    async with fake_engines(1, chunks=100, chunk_delay_s=0.05) as [(engine, url)]:
+        router = Router(pool=BackendPool(static=[url], config=FAST_POOL), policy=FirstPolicy())
+        config = uvicorn.Config(
+            build_app(router), host="127.0.0.1", port=0, http="httptools", log_config=None
+        )
+        async with serving(config) as base, httpx.AsyncClient(base_url=base) as client:
+            async with client.stream(
+                "POST", "/v1/completions", json=completion("x", stream=True)
+            ) as response:
+                async for _ in response.aiter_raw():
+                    break  # read one chunk, then hang up
+            await eventually(lambda: engine.aborted == 1)
+            await eventually(lambda: router.pool.state(url).in_flight == 0)
+            assert engine.completed_streams == 0

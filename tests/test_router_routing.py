@@ -86,3 +86,30 @@ async def test_concurrent_requests_for_one_prefix_stay_within_the_load_bound() -
         name = "prefixserving_router_decisions_total"
         spilled = metric_value(text, name, policy="prefix_affinity", decision="spilled")
         assert spilled == min(per_backend.values())
+
+
+async def test_both_router_replicas_see_the_engines_running_requests() -> None:
+    """Requests another router sent show up in the engine's ``vllm:num_requests_running``;
+    both routers scrape it, count it in the load and move the prefix off the busy engine to
+    the same next engine, though neither has a request in flight there itself."""
+    async with fake_engines(3) as engines:
+        urls = [u for _, u in engines]
+        by_name = {e.name: e for e, _ in engines}
+        async with (
+            running_router(urls, policy=make_policy("prefix-affinity")) as a,
+            running_router(list(reversed(urls)), policy=make_policy("prefix-affinity")) as b,
+        ):
+            home = (await a.client.post("/v1/completions", json=request(2, 0))).json()["backend"]
+            assert (await b.client.post("/v1/completions", json=request(2, 0))).json()[
+                "backend"
+            ] == home
+            by_name[home].running = 30
+            home_url = next(u for e, u in engines if e.name == home)
+            for r in (a, b):
+                await eventually(lambda r=r: r.router.pool.state(home_url).running == 30)
+            moved = [
+                (await r.client.post("/v1/completions", json=request(2, i))).json()["backend"]
+                for i in range(1, 4)
+                for r in (a, b)
+            ]
+            assert home not in moved and len(set(moved)) == 1

@@ -7,9 +7,10 @@ gets no traffic. The name is resolved every ``dns_interval_s`` through an inject
 any other resolver error keeps the last known list.
 
 **Load**: every ``scrape_interval_s`` each backend's ``/metrics`` is fetched (timeout
-``scrape_timeout_s``) and two vLLM series are read: ``vllm:num_requests_waiting`` (summed over
-engines) and ``vllm:kv_cache_usage_perc`` (the largest). With the router's own in-flight count
-they form the :class:`BackendLoad` the policies see.
+``scrape_timeout_s``) and three vLLM series are read: ``vllm:num_requests_waiting`` (summed over
+engines), ``vllm:kv_cache_usage_perc`` (the largest) and ``vllm:num_requests_running`` (summed,
+:func:`parse_running`). With the router's own in-flight count they form the
+:class:`BackendLoad` the policies see.
 
 **Health** (passive): a connection error or a 5xx answer counts as a failure; after
 ``eject_after_failures`` consecutive failures the backend is ejected for ``eject_base_s``,
@@ -41,6 +42,7 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 WAITING_METRIC = "vllm:num_requests_waiting"
 KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"
+RUNNING_METRIC = "vllm:num_requests_running"
 _NO_RECORDS = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
 
@@ -80,6 +82,15 @@ def parse_load(text: str) -> tuple[float, float]:
     return waiting, kv_usage
 
 
+def parse_running(text: str) -> float:
+    """``vllm:num_requests_running`` summed over engines (0 when absent)."""
+    return sum(
+        _sample_value(line)
+        for line in text.splitlines()
+        if line.startswith(RUNNING_METRIC) and line[len(RUNNING_METRIC)] in "{ "
+    )
+
+
 @dataclass(slots=True)
 class BackendState:
     """What the router tracks per backend."""
@@ -88,6 +99,7 @@ class BackendState:
     in_flight: int = 0
     waiting: float = 0.0
     kv_usage: float = 0.0
+    running: float = 0.0
     failures: int = 0
     ejections: int = 0
     ejected_until: float | None = None
@@ -179,7 +191,7 @@ class BackendPool:
 
     def loads(self) -> dict[str, BackendLoad]:
         return {
-            url: BackendLoad(s.in_flight, s.waiting, s.kv_usage)
+            url: BackendLoad(s.in_flight, s.waiting, s.kv_usage, s.running)
             for url, s in self._states.items()
             if s.ejected_until is None
         }
@@ -237,6 +249,7 @@ class BackendPool:
         except (aiohttp.ClientError, TimeoutError):
             return
         state.waiting, state.kv_usage = parse_load(text)
+        state.running = parse_running(text)
 
     async def _probe(self, session: aiohttp.ClientSession, state: BackendState) -> None:
         try:

@@ -1,10 +1,17 @@
-"""``prefixserving router``: run the prefix router in front of vLLM engines."""
+"""``prefixserving router``: run the prefix router in front of vLLM engines.
+
+With ``--workers N`` (N > 1) uvicorn binds the port once and starts N worker processes that
+accept from it; the parent checks the flags, then hands them to the workers as JSON in the
+``PREFIXSERVING_ROUTER_SETTINGS`` environment variable, and each worker builds its own router
+with :func:`app_from_environment`.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,7 +19,11 @@ from prefixserving import constants
 from prefixserving.router.keys import DEFAULT_BLOCK_CHARS, DEFAULT_PREFIX_BLOCKS, KeyConfig
 from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 
+if TYPE_CHECKING:
+    from prefixserving.router.app import RouterApp
+
 POLICIES = tuple(name.replace("_", "-") for name in POLICY_NAMES)
+SETTINGS_ENV = "PREFIXSERVING_ROUTER_SETTINGS"
 # Policies with a load bound (the others balance without affinity).
 _BOUNDED_POLICIES = {"prefix-affinity", "two-choice"}
 
@@ -123,6 +134,14 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes serving the port, each with its own backend pool, in-flight counts and "
+    "metrics (see docs/router.md, Performance); more router replicas scale the same way.",
+)
 def router(
     host: str,
     port: int,
@@ -136,6 +155,7 @@ def router(
     max_body_bytes: int,
     scrape_interval_s: float,
     log_format: str,
+    workers: int,
 ) -> None:
     """Route OpenAI requests to the engine that has their prefix cached.
 
@@ -144,37 +164,75 @@ def router(
     Kubernetes: prefixserving router --dns my-model-engine.ns.svc.cluster.local:8000
     """
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
-    from prefixserving.router.app import Router, RouterConfig, build_app
-    from prefixserving.router.backends import BackendPool, PoolConfig
-    from prefixserving.router.policies.registry import make_policy
     from prefixserving.router.server import uvicorn_config
 
     if bool(backends) == (dns is not None):
         raise click.UsageError(
             "give the engines either as --backend URL (repeatable) or as --dns NAME:PORT"
         )
-    policy_config = {"load_bound": load_bound} if policy in _BOUNDED_POLICIES else {}
+    settings = {
+        "backends": list(backends),
+        "dns": _parse_dns(dns),
+        "policy": policy,
+        "load_bound": load_bound,
+        "prefix_blocks": prefix_blocks,
+        "block_chars": block_chars,
+        "model": model,
+        "max_body_bytes": max_body_bytes,
+        "scrape_interval_s": scrape_interval_s,
+    }
     try:
-        routing = make_policy(policy, **policy_config)
-        key_config = KeyConfig(
-            block_chars=block_chars, prefix_blocks=prefix_blocks, base_model=model
-        )
+        app = build_router_app(**settings)  # also checks the settings before any worker starts
     except ValueError as error:
         raise click.UsageError(str(error)) from error
+    logs = log_config(log_format)
+    if workers == 1:
+        uvicorn.Server(uvicorn_config(app, host=host, port=port, log_config=logs)).run()
+        return
+    os.environ[SETTINGS_ENV] = json.dumps(settings)
+    factory = f"{__name__}:{app_from_environment.__name__}"
+    config = uvicorn_config(factory, host=host, port=port, log_config=logs, workers=workers)
+    Multiprocess(config, sockets=[config.bind_socket()]).run()
+
+
+def build_router_app(
+    *,
+    backends: list[str],
+    dns: tuple[str, int] | list[Any] | None,
+    policy: str,
+    load_bound: float,
+    prefix_blocks: int,
+    block_chars: int,
+    model: str | None,
+    max_body_bytes: int,
+    scrape_interval_s: float,
+) -> RouterApp:
+    """The router's ASGI app from the command-line settings; ``ValueError`` for bad ones."""
+    from prefixserving.router.app import Router, RouterConfig, build_app
+    from prefixserving.router.backends import BackendPool, PoolConfig
+    from prefixserving.router.policies.registry import make_policy
+
+    policy_config = {"load_bound": load_bound} if policy in _BOUNDED_POLICIES else {}
     pool = BackendPool(
         static=backends,
-        dns=_parse_dns(dns),
+        dns=(str(dns[0]), int(dns[1])) if dns else None,
         config=PoolConfig(scrape_interval_s=scrape_interval_s),
     )
-    app = build_app(
+    return build_app(
         Router(
             pool=pool,
-            policy=routing,
-            key_config=key_config,
+            policy=make_policy(policy, **policy_config),
+            key_config=KeyConfig(
+                block_chars=block_chars, prefix_blocks=prefix_blocks, base_model=model
+            ),
             config=RouterConfig(max_body_bytes=max_body_bytes),
         )
     )
-    uvicorn.Server(
-        uvicorn_config(app, host=host, port=port, log_config=log_config(log_format))
-    ).run()
+
+
+def app_from_environment() -> RouterApp:
+    """The app of one ``--workers`` process, from the settings the parent left in
+    ``PREFIXSERVING_ROUTER_SETTINGS``."""
+    return build_router_app(**json.loads(os.environ[SETTINGS_ENV]))

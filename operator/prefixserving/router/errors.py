@@ -10,6 +10,7 @@ _TYPES = {
     400: "invalid_request_error",
     404: "not_found_error",
     408: "invalid_request_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
     502: "upstream_error",
     503: "service_unavailable",

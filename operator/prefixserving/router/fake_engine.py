@@ -44,6 +44,7 @@ class FakeEngine:
     chunk_delay_s: float = 0.0
     waiting: float = 0.0
     kv_usage: float = 0.0
+    running: float = 0.0
     healthy: bool = True
     fail_next: int = 0
     break_next: int = 0
@@ -134,6 +135,9 @@ class FakeEngine:
             "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{labels} {self.kv_usage}\n"
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{labels} {self.running}\n"
         )
         return PlainTextResponse(text)
 

@@ -42,11 +42,12 @@ token ids are read, so a long conversation or prompt costs no more than a short 
 from __future__ import annotations
 
 import enum
-import hashlib
+import functools
 import json
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any
 
 from prefixserving import constants
@@ -121,10 +122,12 @@ class PrefixKey:
 
 
 def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
+    return blake2b(data, digest_size=_DIGEST_BYTES).digest()
 
 
+@functools.lru_cache(maxsize=4096)
 def _namespace(kind: ContentKind, adapter: str | None, salt: str | None) -> bytes:
+    """The seed of a key's chain (cached: a few adapters and salts recur on every request)."""
     parts = [_KEY_VERSION, kind.value.encode()]
     parts.append(b"a:" + adapter.encode() if adapter is not None else b"-")
     parts.append(b"s:" + salt.encode() if salt is not None else b"-")

@@ -1,8 +1,13 @@
 """The router's Prometheus metrics, served at ``/metrics``.
 
-Counters and the latency histogram are updated on the request path. Per-backend load gauges
-and prefix hygiene are computed at scrape time by a collector, so backends that left the pool
-disappear from the exposition instead of leaving stale series.
+Counters and the latency histogram are updated on the request path, so they are plain dicts
+and lists (:class:`LabelledCounter`, :class:`LatencyHistogram`): one dict update or one
+``bisect`` per event, no lock and no per-label child objects (the router runs on one event-loop
+thread, and ``/metrics`` is rendered on that same thread). ``prometheus_client``'s ``Counter``
+and ``Histogram`` cost several microseconds per update for their locks and label lookups.
+Everything is exposed through one collector at scrape time; per-backend load gauges and prefix
+hygiene are computed then too, so backends that left the pool disappear from the exposition
+instead of leaving stale series.
 
 =====================================================  =========================================
 ``prefixserving_router_requests_total``                backend, outcome (ok, client_error,
@@ -27,11 +32,18 @@ disappear from the exposition instead of leaving stale series.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from prefixserving import constants
 from prefixserving.router.backends import BackendPool
@@ -43,14 +55,67 @@ LATENCY_BUCKETS_S = (
 )  # fmt: skip
 
 
-class _StateCollector(Collector):
-    """Per-backend gauges and prefix hygiene, read from the pool and hygiene at scrape time."""
+class LabelledCounter:
+    """A counter with labels, kept as ``{label values: count}``; ``inc`` costs one dict update."""
 
-    def __init__(self, pool: BackendPool, hygiene: PrefixHygiene) -> None:
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self.values: dict[tuple[str, ...], int] = {}
+
+    def inc(self, *label_values: str) -> None:
+        """Add one to the series of ``label_values`` (in the order of ``labels``)."""
+        self.values[label_values] = self.values.get(label_values, 0) + 1
+
+    def family(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for label_values, count in self.values.items():
+            family.add_metric(label_values, count)
+        return family
+
+
+class LatencyHistogram:
+    """A histogram without labels: per-bucket counts; ``observe`` costs one ``bisect``."""
+
+    def __init__(self, name: str, documentation: str, buckets_s: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = buckets_s
+        self.counts = [0] * (len(buckets_s) + 1)  # the last one is +Inf
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum_s += seconds
+
+    def family(self) -> HistogramMetricFamily:
+        cumulative = 0
+        buckets = []
+        for bound, count in zip(
+            (*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True
+        ):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        return HistogramMetricFamily(
+            self.name, self.documentation, buckets=buckets, sum_value=self.sum_s
+        )
+
+
+class _Collector(Collector):
+    """The request-path counters and histogram, plus per-backend gauges and prefix hygiene
+    read from the pool and hygiene at scrape time."""
+
+    def __init__(self, metrics: RouterMetrics, pool: BackendPool, hygiene: PrefixHygiene) -> None:
+        self.metrics = metrics
         self.pool = pool
         self.hygiene = hygiene
 
     def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        for counter in (m.requests, m.decisions, m.retries, m.ejections):
+            yield counter.family()
+        yield m.added_latency.family()
         gauges = {
             name: GaugeMetricFamily(f"{PREFIX}_backend_{name}", doc, labels=["backend"])
             for name, doc in (
@@ -90,35 +155,24 @@ class RouterMetrics:
     """Every metric of one router instance, in its own registry (tests run several)."""
 
     def __init__(self, pool: BackendPool, hygiene: PrefixHygiene) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            f"{PREFIX}_requests",
-            "Proxied requests by backend and outcome.",
-            ["backend", "outcome"],
-            registry=self.registry,
+        self.requests = LabelledCounter(
+            f"{PREFIX}_requests", "Proxied requests by backend and outcome.", ("backend", "outcome")
         )
-        self.decisions = Counter(
-            f"{PREFIX}_decisions",
-            "Routing decisions by policy and reason.",
-            ["policy", "decision"],
-            registry=self.registry,
+        self.decisions = LabelledCounter(
+            f"{PREFIX}_decisions", "Routing decisions by policy and reason.", ("policy", "decision")
         )
-        self.retries = Counter(
+        self.retries = LabelledCounter(
             f"{PREFIX}_retries",
             "Requests retried on the next backend before the first byte.",
-            ["reason"],
-            registry=self.registry,
+            ("reason",),
         )
-        self.ejections = Counter(
-            f"{PREFIX}_ejections",
-            "Backends ejected after consecutive failures.",
-            ["backend"],
-            registry=self.registry,
+        self.ejections = LabelledCounter(
+            f"{PREFIX}_ejections", "Backends ejected after consecutive failures.", ("backend",)
         )
-        self.added_latency = Histogram(
+        self.added_latency = LatencyHistogram(
             f"{PREFIX}_added_latency_seconds",
             "Time spent in the router: before the upstream request plus after its first byte.",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
+            LATENCY_BUCKETS_S,
         )
-        self.registry.register(_StateCollector(pool, hygiene))
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_Collector(self, pool, hygiene))

@@ -12,16 +12,25 @@
 3. *After the first byte* the status, headers (minus hop-by-hop ones) and raw body bytes are
    passed through unchanged, chunk by chunk (no decoding, no re-encoding). An upstream error
    from then on ends the client's response early; it is never retried.
-4. A watcher waits for the client's ``http.disconnect`` during the whole exchange; when the
-   client goes away the exchange is cancelled and the upstream response closed, which closes
-   its connection, so the engine aborts the request and frees its KV blocks. A response read
-   to the end returns its connection to the pool.
+4. When the client goes away during the exchange, the exchange is cancelled and the upstream
+   response closed, which closes its connection, so the engine aborts the request and frees
+   its KV blocks. A response read to the end returns its connection to the pool. The server's
+   disconnect hook (``router.server.DISCONNECT_HOOK``) reports the client going away; under a
+   server without it, a watcher task waits for ASGI's ``http.disconnect`` message instead.
+5. Read timeout (``read_timeout_s``): steps 1-2 must complete within it (a timeout is a
+   failure before the first byte, so it is retried); after the first byte an idle timer checks
+   every ``read_timeout_s`` that a chunk arrived since its last check and otherwise ends the
+   exchange like an upstream error, so an upstream that falls silent is cut after between one
+   and two ``read_timeout_s``. aiohttp's own ``sock_read`` timeout would instead re-arm a timer
+   on every received chunk.
 
 The router's in-flight count is held from the upstream send to the end of the exchange, and
 the policy's ``on_complete`` is called for every attempt.
 
 **Cost**: the added latency is the routing work before step 1 plus one pass of the first
-chunk through the event loop; measured in ``bench/router_overhead.py``.
+chunk through the event loop. Per streamed chunk: one upstream read, one ``send`` of the bytes
+as they came (no parsing, no re-encoding, no metric update) and one counter increment.
+Measured in ``bench/router_overhead.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from yarl import URL
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
 from prefixserving.router.metrics import RouterMetrics
+from prefixserving.router.server import DISCONNECT_HOOK
 
 _HOP_BY_HOP = frozenset(
     {
@@ -91,6 +101,7 @@ class Exchange:
     ``next_candidate(backend)`` gives the backend to retry on (None: no retry);
     ``on_retry(backend)`` and ``on_complete(backend)`` tell the policy about attempts.
     ``received_at``: ``time.perf_counter()`` when the router had the request body.
+    ``read_timeout_s``: see step 5 of the module docstring.
     """
 
     session: aiohttp.ClientSession
@@ -105,7 +116,11 @@ class Exchange:
     on_retry: Callable[[str], None]
     on_complete: Callable[[str], None]
     received_at: float
+    read_timeout_s: float
     _disconnected: bool = field(default=False, init=False)
+    _idle: bool = field(default=False, init=False)
+    _chunks: int = field(default=0, init=False)
+    _idle_timer: asyncio.TimerHandle | None = field(default=None, init=False)
     _completed: bool = field(default=False, init=False)
     _outcome: str = field(default="upstream_error", init=False)
     _scope: Scope = field(default_factory=dict, init=False)
@@ -114,32 +129,70 @@ class Exchange:
         self._scope = scope
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.get_running_loop().create_task(self._watch(receive, task))
+        register = scope.get(DISCONNECT_HOOK)
+        watcher = None
+        if register is not None:
+            register(lambda: self._client_gone(task))
+        else:
+            watcher = asyncio.get_running_loop().create_task(self._watch(receive, task))
         try:
             await self._run(send)
         except asyncio.CancelledError:
-            if not self._disconnected:
+            if not (self._disconnected or self._idle):
                 raise
-            task.uncancel()  # our own cancellation: the client went away
+            task.uncancel()  # our own cancellation: the client went away or upstream fell silent
         finally:
-            watcher.cancel()
+            if register is not None:
+                register(None)  # drop the reference to this exchange
+            if watcher is not None:
+                watcher.cancel()
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             outcome = (
                 "disconnected" if self._disconnected and not self._completed else self._outcome
             )
-            self.metrics.requests.labels(self.backend, outcome).inc()
+            self.metrics.requests.inc(self.backend, outcome)
+
+    def _client_gone(self, task: asyncio.Task[None]) -> None:
+        """Cancel the exchange when the client disconnects before the answer is complete."""
+        if not self._completed:
+            self._disconnected = True
+            task.cancel()
 
     async def _watch(self, receive: Receive, task: asyncio.Task[None]) -> None:
-        """Cancel the exchange when the client disconnects before the answer is complete."""
+        """Wait for ASGI's ``http.disconnect`` (servers without the disconnect hook)."""
         while True:
             message: Message = await receive()
             if message["type"] == "http.disconnect":
-                if not self._completed:
-                    self._disconnected = True
-                    task.cancel()
+                self._client_gone(task)
                 return
 
+    def _check_idle(self, task: asyncio.Task[None], seen: int) -> None:
+        """Idle timer: cancel the exchange when no chunk arrived since the last check."""
+        if self._completed or self._disconnected:
+            return
+        if self._chunks == seen:
+            self._idle = True
+            task.cancel()
+            return
+        self._arm_idle_timer(task)
+
+    def _arm_idle_timer(self, task: asyncio.Task[None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(
+            self.read_timeout_s, self._check_idle, task, self._chunks
+        )
+
     async def _open(self, attempt: _Attempt) -> None:
-        """Send the request and read the first chunk; a failure is noted in ``attempt``."""
+        """Send the request and read the first chunk within ``read_timeout_s``; a failure is
+        noted in ``attempt``."""
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                await self._send_and_read_first(attempt)
+        except TimeoutError:
+            attempt.failure = "read_error"
+
+    async def _send_and_read_first(self, attempt: _Attempt) -> None:
         try:
             attempt.response = await self.session.request(
                 self.method,
@@ -189,7 +242,7 @@ class Exchange:
                     return
             finally:
                 self._close(attempt)
-            self.metrics.retries.labels(attempt.failure).inc()
+            self.metrics.retries.inc(attempt.failure)
             self.on_retry(following)
             retried = True
             backend = self.backend = following
@@ -221,8 +274,12 @@ class Exchange:
         await send({"type": "http.response.body", "body": first, "more_body": not whole})
         self.metrics.added_latency.observe(before_s + time.perf_counter() - received_at)
         if not whole:
+            task = asyncio.current_task()
+            assert task is not None
+            self._arm_idle_timer(task)
             try:
-                async for chunk in response.content.iter_any():
+                while chunk := await response.content.readany():
+                    self._chunks += 1
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except _TRANSPORT_ERRORS:
                 return  # after the first byte: end the client's response early

@@ -293,6 +293,7 @@ class ClusterSim:
                 in_flight[b],
                 self._scraped.get(b, idle).waiting,
                 self._scraped.get(b, idle).kv_usage,
+                self._scraped.get(b, idle).running,
             )
             for b in backends
         }
@@ -346,7 +347,7 @@ class ClusterSim:
 
     def _scrape(self, _: object) -> None:
         self._scraped = {
-            n: BackendLoad(0, float(len(r.queue)), r.cache.kv_usage)
+            n: BackendLoad(0, float(len(r.queue)), r.cache.kv_usage, float(r.running))
             for n, r in self.replicas.items()
         }
         if self._remaining:

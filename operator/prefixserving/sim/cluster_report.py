@@ -24,14 +24,23 @@ NOTES = [
     "- routers = 1: one router sees every request. routers > 1: router replicas behind a"
     " Service, each seeing a share of the requests and keeping its own state, as deployed"
     " (the operator runs 2 by default). SGLang-style trees and two-choice's last-choice memory"
-    " are per-router state, so with more routers each learns from less of the traffic;"
-    " prefix-affinity's ranking is a function of the prefix, and its traffic counts only"
-    " decide how deep the key goes for prefixes whose share sits at the hot threshold.",
+    " are per-router state, so with more routers each learns from less of the traffic."
+    " prefix-affinity's ranking is a function of the prefix; its traffic shares (which every"
+    " router estimates alike from its half) set how deep the key goes, how many replicas a"
+    " hot prefix spreads over and each key's load bound, and its load bound compares the"
+    " engines' own request counts, which every router scrapes alike. With one router,"
+    " two-choice and SGLang-style place each new conversation by load and remember where;"
+    " prefix-affinity keeps no memory of placements (that is what lets replicas agree), so a"
+    " new conversation either stays on its hashed replica however loaded or moves and misses"
+    " on its next turn; it cannot match them there.",
     "- KubeAI-style hashes the first block only: when every request starts with the same"
     " system prompt (shared-prefix groups), one replica is everyone's first choice and the"
     " load bound scatters the rest.",
     "- Moved requests lose their cached prefix on the replica they land on, so every point of"
-    " moved traffic costs hit rate; the bound trades that against queueing (TTFT p99).",
+    " moved traffic costs hit rate; the bound trades that against queueing (TTFT p99)."
+    " prefix-affinity moves heavy prefixes first (a moved heavy prefix warms its next replica"
+    " and stays there) and keeps a light one (one conversation) home up to twice the mean"
+    " load, so bursts of light conversations queue longer (TTFT p99).",
     "- Hash placement depends on the replica names (pod names in a cluster); other names move"
     " the hashing policies' figures by about one point of hit rate and a few hundredths of"
     " max/mean, so smaller differences are noise.",
@@ -110,8 +119,10 @@ def render_markdown(
 def _why(v: Verdict, ours: RunRow) -> str:
     hit = f"hit {_pct(ours.hit_vs_ideal)} of ideal"
     parts = [hit + ("" if v.hit_goal_met else f" (< {_pct(HIT_GOAL)}; {_spilled(ours)} moved)")]
-    balance = f"max/mean {ours.max_mean_requests:.2f}"
-    parts.append(balance + ("" if v.balance_goal_met else f" (> {BALANCE_GOAL})"))
+    if v.balance_goal_met:
+        parts.append(f"max/mean {ours.max_mean_requests:.2f}")
+    else:
+        parts.append(f"max/mean {ours.max_mean_requests:.3f} (> {BALANCE_GOAL})")
     if v.behind:
         parts.append("behind " + ", ".join(v.behind))
     return "; ".join(parts)

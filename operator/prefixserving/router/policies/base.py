@@ -25,12 +25,14 @@ class BackendLoad:
 
     ``in_flight``: requests this router has sent and not finished. ``waiting``: the engine's
     ``vllm:num_requests_waiting`` at the last scrape. ``kv_usage``: ``vllm:kv_cache_usage_perc``
-    (0..1) at the last scrape.
+    (0..1) at the last scrape. ``running``: ``vllm:num_requests_running`` at the last scrape
+    (with ``waiting``, every router's requests on that engine).
     """
 
     in_flight: int = 0
     waiting: float = 0.0
     kv_usage: float = 0.0
+    running: float = 0.0
 
 
 class DecisionReason(enum.StrEnum):

@@ -1,12 +1,17 @@
-"""Which prefix block a request is hashed by: the shallowest one that is not hot.
+"""Which prefix block a request is hashed by, and over how many backends a hot prefix spreads.
 
 Hashing the first block sends everything behind a shared system prompt to one backend;
 hashing the deepest block splits a conversation whose turns share most of their prompt.
 :class:`PrefixKeySelector` picks, per request, the shallowest of its leading blocks whose
 recent share of traffic is at most ``hot_share / N`` (N backends): a prefix carrying less
 than ``hot_share`` of one backend's fair share stays together on one backend, and a hotter
-prefix (a system prompt, a popular document) is split by the blocks that follow it. Hot
-prefixes are then cached on every backend, which costs one miss per backend.
+prefix (a system prompt, a popular document) is split by the blocks that follow it.
+
+A split prefix is spread over only as many backends as it needs: ``homes =
+ceil(share / (hot_share / N))``, so that each carries at most the hot threshold of it. A
+popular document then lives on 2 or 3 backends (2 or 3 misses) instead of all N, while a
+system prompt that every request shares (share 1, ``homes >= N``) is on every backend and
+its followers are hashed over all of them.
 
 **Algorithm**
 
@@ -18,6 +23,15 @@ prefixes are then cached on every backend, which costs one miss per backend.
    rescaled before they overflow).
 2. Key: the first depth ``d`` whose share ``count(block[d]) / max(total, min_requests)`` is at
    most ``hot_share / N``; when every block is hot, the deepest block looked at.
+3. Homes (:meth:`PrefixKeySelector.choose`): when ``d > 0`` the block above the key is hot,
+   and it is spread over ``homes = ceil(share(block[d-1]) / (hot_share / N))`` backends. When
+   that is fewer than N, the homes are the first ``homes`` rendezvous choices of the
+   shallowest hot block that needs fewer than N (the ``parent``: a document's first block
+   rather than its last), and the key picks one of them (:class:`KeyChoice`). Ranking by the
+   shallowest such block keeps a document's home first among its homes when it turns hot,
+   and makes the homes nested as ``homes`` grows, so a change of estimate moves few keys.
+   The request's ``weight`` is what its key brings to its one backend: ``share(block[d-1]) /
+   homes`` when spread, else ``share(block[d])``.
 
 The state is a function of the traffic seen, so two routers fed the same requests pick the
 same keys; routers fed different samples of the same traffic disagree only on prefixes whose
@@ -26,7 +40,8 @@ share sits at the threshold, and those are hot enough to be cached on many backe
 
 **Parameters** (:class:`PrefixKeyParams`)
 
-- ``max_depth_blocks`` (16): blocks looked at (the router keys at most 16 blocks by default).
+- ``max_depth_blocks`` (``constants.ROUTER_PREFIX_BLOCKS``, 32): blocks looked at; the same
+  constant sets how many blocks the router hashes, so every hashed block can be a key.
 - ``hot_share`` (0.5): share of one backend's fair share above which a prefix is split.
 - ``window_requests`` (4096): decay horizon of the traffic counts, in requests.
 - ``min_requests`` (64): the share's denominator never goes below this, so the first
@@ -38,8 +53,10 @@ share sits at the threshold, and those are hot enough to be cached on many backe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from prefixserving import constants
 from prefixserving.router.policies.ranking import mix64
 
 _RESCALE_AT = 2.0**64
@@ -49,7 +66,7 @@ _RESCALE_AT = 2.0**64
 class PrefixKeyParams:
     """Parameters of the key choice (see the module docstring)."""
 
-    max_depth_blocks: int = 16
+    max_depth_blocks: int = constants.ROUTER_PREFIX_BLOCKS
     hot_share: float = 0.5
     window_requests: int = 4096
     min_requests: int = 64
@@ -66,6 +83,23 @@ class PrefixKeyParams:
             raise ValueError("min_requests must be at least 1")
         if not 2 <= self.sketch_width <= 1 << 32 or self.sketch_width & (self.sketch_width - 1):
             raise ValueError("sketch_width must be a power of two, at most 2**32")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChoice:
+    """How one request is ranked (see the module docstring).
+
+    ``key``: the block hash the ranking orders by. ``parent``: the shallowest hot block above
+    the key that needs fewer than all backends, else ``None``; its rendezvous ranking orders
+    the homes. ``homes``: how many backends the hot prefix right above the key is spread over
+    (all of them when ``parent`` is ``None``). ``weight``: the recent share of traffic this
+    key brings to the one backend it goes to.
+    """
+
+    key: int
+    parent: int | None
+    homes: int
+    weight: float
 
 
 class PrefixKeySelector:
@@ -107,18 +141,53 @@ class PrefixKeySelector:
         floor = self.params.min_requests * self._increment / self._growth
         return count / max(self._total, floor)
 
+    def threshold(self, n_backends: int) -> float:
+        """The share above which a block is hot among ``n_backends`` backends."""
+        return self.params.hot_share / max(n_backends, 1)
+
     def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
         """Index of the key block in ``blocks`` (which must be non-empty)."""
         limit = min(len(blocks), self.params.max_depth_blocks)
-        threshold = self.params.hot_share / max(n_backends, 1)
+        threshold = self.threshold(n_backends)
         for d in range(limit):
             if self.share(blocks[d]) <= threshold:
                 return d
         return limit - 1
 
+    def choose(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
+        """The key, and the homes of the hot prefix above it, without observing ``blocks``;
+        ``None`` for a request without blocks."""
+        if not blocks:
+            return None
+        limit = min(len(blocks), self.params.max_depth_blocks)
+        threshold = self.threshold(n_backends)
+        parent: int | None = None
+        parent_share = share = 0.0
+        for block in blocks[:limit]:
+            share = self.share(block)
+            if share <= threshold:
+                key = block
+                break
+            if parent is None and share < n_backends * threshold:
+                parent = block
+            parent_share = share
+        else:
+            key = blocks[limit - 1]
+        if parent is None or parent == key:
+            return KeyChoice(key, None, max(n_backends, 1), share)
+        homes = math.ceil(parent_share / threshold)
+        return KeyChoice(key, parent, homes, parent_share / homes)
+
+    def route_choice(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
+        """Observe a routed request, then return :meth:`choose` for it."""
+        if not blocks:
+            return None
+        self.observe(blocks)
+        return self.choose(blocks, n_backends)
+
     def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
-        """The hash a ranking uses for ``blocks`` without observing them, or ``None`` for a
-        request without blocks."""
+        """The key block of ``blocks`` without observing them, or ``None`` for a request
+        without blocks."""
         if not blocks:
             return None
         return blocks[self.depth(blocks, n_backends)]

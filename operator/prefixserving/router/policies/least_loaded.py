@@ -2,8 +2,8 @@
 
 **Algorithm**
 
-1. Load of each backend: in-flight + ``waiting_weight`` x waiting + ``kv_weight`` x KV usage
-   (:mod:`.load`).
+1. Load of each backend: max(in-flight, running + ``waiting_weight`` x waiting) +
+   ``kv_weight`` x KV usage (:mod:`.load`).
 2. Take the least loaded; among equals, the first at or after a rotating start position, so
    an idle fleet is filled in turn rather than always from the first backend; ``balance``.
 

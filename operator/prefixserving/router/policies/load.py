@@ -1,10 +1,13 @@
 """Load scoring and the bounded-load rule shared by the policies.
 
-**Load of one backend**: ``in_flight + waiting_weight * waiting + kv_weight * kv_usage``.
-``in_flight`` is exact and current (this router's own requests); ``waiting`` and ``kv_usage``
-come from the engine's last ``/metrics`` scrape, so they also count other router replicas'
-requests. With the defaults a queued request counts twice (once in flight, once waiting),
-which pushes traffic away from queues early, and a full KV cache counts as two requests.
+**Load of one backend**: ``max(in_flight, running + waiting_weight * waiting) + kv_weight *
+kv_usage``. ``in_flight`` is exact and current but counts only this router's requests;
+``running`` and ``waiting`` come from the engine's last ``/metrics`` scrape (at most a scrape
+interval old) and count every router replica's requests. With one router the two counts are
+the same requests and the larger is usually the fresher one; with several, the engine's count
+is the larger, and it is the same number in every router, so router replicas compare the same
+loads and agree (with only their own in-flight counts each sees a different, partial load).
+A full KV cache counts as ``kv_weight`` (2) requests.
 
 **Bounded load** (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads",
 SODA 2018): a backend may take one more request while
@@ -35,7 +38,8 @@ class LoadWeights:
     kv_weight: float = 2.0
 
     def of(self, load: BackendLoad) -> float:
-        return load.in_flight + self.waiting_weight * load.waiting + self.kv_weight * load.kv_usage
+        engine = load.running + self.waiting_weight * load.waiting
+        return max(float(load.in_flight), engine) + self.kv_weight * load.kv_usage
 
 
 def load_values(

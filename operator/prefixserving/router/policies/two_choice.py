@@ -26,7 +26,7 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
 - ``load_bound`` (1.25), ``load_slack`` (4.0), ``waiting_weight`` (1.0), ``kv_weight``
   (2.0): as in ``prefix_affinity``.
 - ``affinity_entries`` (65536): keys remembered with their last backend (LRU).
-- ``max_depth_blocks`` (16), ``hot_share`` (0.5), ``window_requests`` (4096),
+- ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
   ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
 
 **Complexity**: O(``max_depth_blocks`` + N) per request; memory O(``sketch_width`` +

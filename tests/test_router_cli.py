@@ -173,3 +173,23 @@ def test_workers_share_the_port_and_stop_together() -> None:
             process.communicate(timeout=20)
         assert process.returncode in (0, -15)
         assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def test_prefix_blocks_also_sets_the_policys_key_depth() -> None:
+    """A deeper ``--prefix-blocks`` reaches the prefix-affinity key choice, not only the key."""
+    from prefixserving.router.cli import build_router_app
+
+    app = build_router_app(
+        backends=["http://127.0.0.1:1"],
+        dns=None,
+        policy="prefix-affinity",
+        load_bound=1.25,
+        prefix_blocks=48,
+        block_chars=128,
+        model=None,
+        max_body_bytes=1024,
+        scrape_interval_s=1.0,
+    )
+    policy = app.router.policy
+    assert policy.keys.params.max_depth_blocks == 48
+    assert app.router.key_config.prefix_blocks == 48

@@ -96,7 +96,10 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     type=float,
     default=1.25,
     show_default=True,
-    help="Largest load relative to the mean before a prefix spills to its next backend.",
+    help=(
+        "Largest load relative to the mean before a heavy prefix (a popular document or "
+        "system prompt) spills to its next backend; light prefixes get up to 2.0."
+    ),
 )
 @click.option(
     "--prefix-blocks",
@@ -214,7 +217,11 @@ def build_router_app(
     from prefixserving.router.backends import BackendPool, PoolConfig
     from prefixserving.router.policies.registry import make_policy
 
-    policy_config = {"load_bound": load_bound} if policy in _BOUNDED_POLICIES else {}
+    policy_config: dict[str, Any] = (
+        {"load_bound": load_bound, "max_depth_blocks": prefix_blocks}
+        if policy in _BOUNDED_POLICIES
+        else {}
+    )
     pool = BackendPool(
         static=backends,
         dns=(str(dns[0]), int(dns[1])) if dns else None,

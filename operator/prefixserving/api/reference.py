@@ -20,8 +20,6 @@ _CONSTRAINTS = (
     ("enum", "one of {}"),
     ("minimum", ">= {}"),
     ("maximum", "<= {}"),
-    ("exclusiveMinimum", "> {}"),
-    ("exclusiveMaximum", "< {}"),
     ("minLength", "length >= {}"),
     ("maxLength", "length <= {}"),
     ("minItems", "items >= {}"),
@@ -52,6 +50,11 @@ def _constraints(node: dict[str, Any]) -> str:
             value = node[key]
             if key == "enum":
                 value = ", ".join(f"`{v}`" for v in value)
+            # OpenAPI v3.0 (the CRD schema) marks an exclusive bound with a boolean beside it.
+            if key == "minimum" and node.get("exclusiveMinimum") is True:
+                fmt = "> {}"
+            if key == "maximum" and node.get("exclusiveMaximum") is True:
+                fmt = "< {}"
             parts.append(fmt.format(value))
     return "; ".join(parts)
 

@@ -12,8 +12,9 @@
 Interfaces used, all kept by vLLM 0.33: ``Scheduler.__init__`` / ``schedule`` /
 ``reset_prefix_cache`` / ``shutdown``, ``SchedulerOutput.preempted_req_ids``,
 ``RequestQueue``, ``Request.block_hashes`` / ``num_tokens`` / ``num_computed_tokens`` /
-``status``, and on the block pool ``get_cached_block``, ``touch``, ``free_blocks``,
-``free_block_queue.remove`` / ``append`` and the free list's ``next_free_block`` links.
+``status``, and on the block pool ``get_cached_block``, ``get_num_free_blocks``, ``touch``,
+``free_blocks``, ``free_block_queue.remove`` / ``append`` and the free list's
+``next_free_block`` links.
 
 Settings come from the environment (:class:`prefixserving.peek.settings.PeekSettings`). LoRA
 adapters and ``cache_salt`` are part of vLLM's block hashes, so requests that differ in them never

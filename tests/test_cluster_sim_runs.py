@@ -123,22 +123,23 @@ def test_on_tick_sees_signals_and_can_add_replicas() -> None:
     assert any(len(t.replicas) == 2 for t in seen)
 
 
+def affinity_routers(routers: int, requests: list, cache_blocks: int) -> ClusterResult:
+    """``requests`` through ``routers`` prefix-affinity routers in front of 4 replicas."""
+    sim = ClusterSim(
+        [make_policy("prefix_affinity") for _ in range(routers)],
+        ClusterConfig(service=ServiceModel(cache_blocks=cache_blocks)),
+    )
+    for i in range(4):
+        sim.add_replica(f"r{i}")
+    return sim.run(requests)
+
+
 def test_router_replicas_agree_without_talking() -> None:
     """Two prefix-affinity routers, each seeing half of the traffic, place at least 95% of the
     requests where one router would (they can differ only while their traffic counts warm up
     and on documents whose share sits at the hot threshold) and reach the same hit rate."""
     requests = scale_arrivals(SharedPrefixGroups(requests=600).generate(), 0.05)
-
-    def run(routers: int) -> ClusterResult:
-        sim = ClusterSim(
-            [make_policy("prefix_affinity") for _ in range(routers)],
-            ClusterConfig(service=ServiceModel(cache_blocks=4096)),
-        )
-        for i in range(4):
-            sim.add_replica(f"r{i}")
-        return sim.run(requests)
-
-    one, two = run(1), run(2)
+    one, two = (affinity_routers(n, requests, cache_blocks=4096) for n in (1, 2))
     same = sum(a.backend == b.backend for a, b in zip(one.outcomes, two.outcomes, strict=True))
     assert same >= 0.95 * len(requests)
     assert two.hit_rate == pytest.approx(one.hit_rate, abs=0.01)
@@ -166,17 +167,7 @@ def test_router_replicas_agree_under_load_on_mooncake(shared_dir) -> None:
         load_mooncake(shared_dir / "traces" / "mooncake-synthetic.jsonl"), 1.42
     )
     ideal = ideal_hit_rate(requests)
-
-    def run(routers: int) -> ClusterResult:
-        sim = ClusterSim(
-            [make_policy("prefix_affinity") for _ in range(routers)],
-            ClusterConfig(service=ServiceModel(cache_blocks=13727)),
-        )
-        for i in range(4):
-            sim.add_replica(f"r{i}")
-        return sim.run(requests)
-
-    one, two = run(1), run(2)
+    one, two = (affinity_routers(n, requests, cache_blocks=13727) for n in (1, 2))
     assert one.decisions["spilled"] > 0  # the load bound was exercised
     same = sum(a.backend == b.backend for a, b in zip(one.outcomes, two.outcomes, strict=True))
     assert same >= 0.97 * len(requests)

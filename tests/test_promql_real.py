@@ -49,8 +49,9 @@ MAX_JUDGED = 15  # answers compared, spread over the load
 GAUGES = (promql.VLLM_KV_CACHE_USAGE, promql.VLLM_REQUESTS_WAITING)
 COUNTERS = (promql.VLLM_PREFIX_CACHE_HITS, promql.VLLM_PREFIX_CACHE_QUERIES)
 # Load per engine: unique ~700-token prompts decoding 48 tokens, all sent at once so most wait
-# for their prefill (two cores); a few share a prefix so the hit rate is neither 0 nor 1.
-REQUESTS_PER_ENGINE = 12
+# for their prefill across several scrapes (with 12 per engine the queue sometimes drained
+# between two scrapes); a few share a prefix so the hit rate is neither 0 nor 1.
+REQUESTS_PER_ENGINE = 20
 SHARED_PER_ENGINE = 4
 PROMPT_WORDS = 700
 MAX_TOKENS = 48

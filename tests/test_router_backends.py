@@ -15,7 +15,7 @@ from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, ser
 from router_support import completion, eventually, fake_engines, metric_value, running_router
 
 
-def test_parse_load_reads_only_the_two_vllm_series() -> None:
+def test_parse_load_reads_only_the_three_vllm_series() -> None:
     text = (
         "# HELP vllm:num_requests_waiting x\n"
         'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
@@ -25,8 +25,8 @@ def test_parse_load_reads_only_the_two_vllm_series() -> None:
         'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75\n'
         "vllm:num_requests_running 9\n"
     )
-    assert parse_load(text) == (5.0, 0.75)
-    assert parse_load("") == (0.0, 0.0)
+    assert parse_load(text) == (5.0, 0.75, 9.0)
+    assert parse_load("") == (0.0, 0.0, 0.0)
 
 
 def test_backend_url_brackets_ipv6() -> None:

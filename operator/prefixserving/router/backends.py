@@ -8,8 +8,8 @@ any other resolver error keeps the last known list.
 
 **Load**: every ``scrape_interval_s`` each backend's ``/metrics`` is fetched (timeout
 ``scrape_timeout_s``) and three vLLM series are read: ``vllm:num_requests_waiting`` (summed over
-engines), ``vllm:kv_cache_usage_perc`` (the largest) and ``vllm:num_requests_running`` (summed,
-:func:`parse_running`). With the router's own in-flight count they form the
+engines), ``vllm:kv_cache_usage_perc`` (the largest) and ``vllm:num_requests_running`` (summed),
+in one pass (:func:`parse_load`). With the router's own in-flight count they form the
 :class:`BackendLoad` the policies see.
 
 **Health** (passive): a connection error or a 5xx answer counts as a failure; after
@@ -30,6 +30,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import aiohttp
 
@@ -68,27 +69,29 @@ def _sample_value(line: str) -> float:
     return float(rest.split()[0])
 
 
-def parse_load(text: str) -> tuple[float, float]:
-    """``(waiting, kv_usage)`` from a Prometheus text exposition of a vLLM engine."""
-    waiting = 0.0
-    kv_usage = 0.0
+class ScrapedLoad(NamedTuple):
+    """What one scrape of an engine's ``/metrics`` tells the router."""
+
+    waiting: float
+    kv_usage: float
+    running: float
+
+
+def parse_load(text: str) -> ScrapedLoad:
+    """Waiting (summed over engines), KV usage (the largest) and running (summed) requests from
+    a Prometheus text exposition of a vLLM engine; 0 for a series that is absent. One pass."""
+    waiting = kv_usage = running = 0.0
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue
-        if line.startswith(WAITING_METRIC) and line[len(WAITING_METRIC)] in "{ ":
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name == WAITING_METRIC:
             waiting += _sample_value(line)
-        elif line.startswith(KV_USAGE_METRIC) and line[len(KV_USAGE_METRIC)] in "{ ":
+        elif name == KV_USAGE_METRIC:
             kv_usage = max(kv_usage, _sample_value(line))
-    return waiting, kv_usage
-
-
-def parse_running(text: str) -> float:
-    """``vllm:num_requests_running`` summed over engines (0 when absent)."""
-    return sum(
-        _sample_value(line)
-        for line in text.splitlines()
-        if line.startswith(RUNNING_METRIC) and line[len(RUNNING_METRIC)] in "{ "
-    )
+        elif name == RUNNING_METRIC:
+            running += _sample_value(line)
+    return ScrapedLoad(waiting, kv_usage, running)
 
 
 @dataclass(slots=True)
@@ -248,8 +251,7 @@ class BackendPool:
             return
         except (aiohttp.ClientError, TimeoutError):
             return
-        state.waiting, state.kv_usage = parse_load(text)
-        state.running = parse_running(text)
+        state.waiting, state.kv_usage, state.running = parse_load(text)
 
     async def _probe(self, session: aiohttp.ClientSession, state: BackendState) -> None:
         try:

@@ -253,11 +253,6 @@ def wait_ready(engine: Engine, timeout_s: float = 600.0) -> None:
     )
 
 
-def stop_engine(engine: Engine, grace_s: float = 20.0) -> None:
-    """Stop the engine and the engine-core process it forked."""
-    stop_process(engine.process, grace_s)
-
-
 @contextlib.contextmanager
 def running_engines(
     configs: Sequence[EngineConfig],
@@ -277,7 +272,8 @@ def running_engines(
         yield engines
     finally:
         for engine in engines:
-            stop_engine(engine)
+            # The engine leads its process group, so its engine-core child stops with it.
+            stop_process(engine.process, grace_s=20.0)
         if owned:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -7,8 +7,9 @@ Setup, all on loopback:
   stream by default), a non-streamed one answers a fixed JSON body at once;
 - the router (``prefixserving router``, policy ``prefix-affinity``), pinned to one core with
   ``taskset``;
-- a load generator (aiohttp) holding ``C`` concurrent streams, each a loop of streamed
-  completions with text prompts that share 1 KiB prefixes in 16 groups.
+- a load generator (bare asyncio connections with httptools' response parser, see
+  :class:`LoadClientProtocol`) holding ``C`` concurrent keep-alive connections, each a loop of
+  streamed completions with text prompts that share 1 KiB prefixes in 16 groups.
 
 Router CPU per request: a fixed number of non-streamed and of 16-chunk streamed requests,
 three times each, with the router process's user + system CPU time (``/proc/PID/stat``) read
@@ -47,12 +48,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
-import aiohttp
 import click
+import httptools
 import httpx
+import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefixserving.machine import cpu_model
@@ -62,6 +65,7 @@ RESULTS = ROOT / "bench" / "results"
 ROUTER_CORE = 0
 CLIENT_CORE = 1
 GOAL_P99_MS = 2.0
+CONCURRENCY = (1, 50, 200)  # concurrent streams; 1 shows the path with no queueing at all
 
 # --- The fake engine --------------------------------------------------------------------------
 
@@ -98,8 +102,7 @@ class FakeEngineProtocol(asyncio.Protocol):
         self.busy = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -131,18 +134,23 @@ class FakeEngineProtocol(asyncio.Protocol):
             self.transport.write(text)
         elif b'"stream": true' in body or b'"stream":true' in body:
             self.busy = True
-            asyncio.get_running_loop().create_task(self.stream())
+            self.transport.write(_STREAM_HEAD + _chunk(b'data: {"i": 0}\n\n'))
+            self.next_chunk(1)
         else:
             self.transport.write(_JSON_HEAD + _JSON_BODY)
 
-    async def stream(self) -> None:
+    def next_chunk(self, i: int) -> None:
+        """Send chunk ``i`` after ``interval_s`` (a timer chain: no task per stream)."""
+        asyncio.get_running_loop().call_later(self.interval_s, self.send_chunk, i)
+
+    def send_chunk(self, i: int) -> None:
         assert self.transport is not None
-        self.transport.write(_STREAM_HEAD + _chunk(b'data: {"i": 0}\n\n'))
-        for i in range(1, self.chunks):
-            await asyncio.sleep(self.interval_s)
-            if self.transport.is_closing():
-                return
+        if self.transport.is_closing():
+            return
+        if i < self.chunks:
             self.transport.write(_chunk(b'data: {"i": %d}\n\n' % i))
+            self.next_chunk(i + 1)
+            return
         self.transport.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         self.busy = False
         if self.buffer:
@@ -211,47 +219,138 @@ class Phase:
     elapsed_s: float
 
 
+def request_bytes(port: int, i: int, stream: bool) -> bytes:
+    """One ``POST /v1/completions`` with a keep-alive connection, as sent on the wire."""
+    body = json.dumps(
+        {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
+    ).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class LoadClientProtocol(asyncio.Protocol):
+    """One client connection sending requests back to back: the time to the first body byte
+    of each answer is recorded, the next request goes out when the answer is complete.
+
+    A bare protocol with httptools' response parser (the parser uvicorn uses) costs a small
+    fraction of an HTTP client library's CPU per request and per chunk, so the load generator
+    and the fake engine can share one core without queueing behind each other.
+    """
+
+    def __init__(self, load: ClosedLoop, worker: int) -> None:
+        self.load = load
+        self.i = worker
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.started = 0.0
+        self.first = True
+        self.closed = load.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        offset = self.load.spread_s * self.i / self.load.concurrency
+        self.load.loop.call_later(offset, self.send_next)
+
+    def send_next(self) -> None:
+        assert self.transport is not None
+        if not self.load.take():
+            self.transport.close()
+            return
+        self.first = True
+        self.started = time.perf_counter()
+        self.transport.write(self.load.request(self.i))
+        self.i += self.load.concurrency
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.load.errors += 1
+            assert self.transport is not None
+            self.transport.close()
+
+    def on_body(self, _body: bytes) -> None:
+        if self.first:
+            self.load.ttfb_s.append(time.perf_counter() - self.started)
+            self.first = False
+
+    def on_message_complete(self) -> None:
+        self.load.requests += 1
+        if self.parser.get_status_code() != 200:
+            self.load.errors += 1
+        self.send_next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+@dataclass
+class ClosedLoop:
+    """Shared state of ``concurrency`` client connections (see :func:`run_load`)."""
+
+    loop: asyncio.AbstractEventLoop
+    port: int
+    concurrency: int
+    stream: bool
+    stop_at: float
+    limit: float
+    spread_s: float
+    sent: int = 0
+    requests: int = 0
+    errors: int = 0
+    ttfb_s: list[float] = field(default_factory=list)
+
+    def take(self) -> bool:
+        """Whether another request may go out (time and request budget left)."""
+        if time.perf_counter() >= self.stop_at or self.sent >= self.limit:
+            return False
+        self.sent += 1
+        return True
+
+    def request(self, i: int) -> bytes:
+        return request_bytes(self.port, i, self.stream)
+
+
 async def run_load(
     base: str,
     concurrency: int,
     duration_s: float,
     stream: bool,
     max_requests: int | None = None,
+    spread_s: float = 0.0,
 ) -> Phase:
-    """``concurrency`` clients, each sending requests back to back for ``duration_s`` or until
-    ``max_requests`` were sent in all."""
-    ttfb: list[float] = []
-    counts = {"requests": 0, "errors": 0, "sent": 0}
-    limit = max_requests if max_requests is not None else float("inf")
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        stop_at = time.perf_counter() + duration_s
+    """``concurrency`` keep-alive connections, each sending requests back to back for
+    ``duration_s`` or until ``max_requests`` were sent in all.
 
-        async def client(worker: int) -> None:
-            i = worker
-            while time.perf_counter() < stop_at and counts["sent"] < limit:
-                counts["sent"] += 1
-                body = {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
-                i += concurrency
-                started = time.perf_counter()
-                try:
-                    async with session.post(f"{base}/v1/completions", json=body) as response:
-                        first = True
-                        async for _ in response.content.iter_any():
-                            if first:
-                                ttfb.append(time.perf_counter() - started)
-                                first = False
-                        if response.status != 200:
-                            counts["errors"] += 1
-                except (aiohttp.ClientError, TimeoutError):
-                    counts["errors"] += 1
-                counts["requests"] += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client(w) for w in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return Phase(ttfb, counts["requests"], counts["errors"], elapsed)
+    Connection ``w`` sends its first request ``spread_s * w / concurrency`` after the start.
+    With ``spread_s`` one stream's duration, the streams start and end evenly spread instead
+    of in waves of ``concurrency`` requests that arrive within the same millisecond (streams
+    of equal length keep a closed loop in step: a wave at the start stays a wave)."""
+    port = int(base.rsplit(":", 1)[1])
+    loop = asyncio.get_running_loop()
+    load = ClosedLoop(
+        loop,
+        port,
+        concurrency,
+        stream,
+        stop_at=time.perf_counter() + duration_s,
+        limit=max_requests if max_requests is not None else float("inf"),
+        spread_s=spread_s,
+    )
+    started = time.perf_counter()
+    protocols = []
+    for worker in range(concurrency):
+        _, proto = await loop.create_connection(
+            lambda w=worker: LoadClientProtocol(load, w), "127.0.0.1", port
+        )
+        protocols.append(proto)
+    await asyncio.wait_for(asyncio.gather(*(p.closed for p in protocols)), duration_s + 60)
+    elapsed = time.perf_counter() - started
+    return Phase(load.ttfb_s, load.requests, load.errors, elapsed)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -267,7 +366,7 @@ CPU_WORKLOADS = {  # name: (concurrent clients, requests per repeat, streamed)
 CPU_REPEATS = 3
 
 
-async def measure_cpu(router: str, router_pid: int) -> dict[str, dict[str, float]]:
+async def measure_cpu(router: str, router_pid: int, stream_s: float) -> dict[str, dict[str, float]]:
     """Router CPU milliseconds per request for each of ``CPU_WORKLOADS`` (median and minimum
     of ``CPU_REPEATS`` fixed-count runs)."""
     out = {}
@@ -276,7 +375,14 @@ async def measure_cpu(router: str, router_pid: int) -> dict[str, dict[str, float
         errors = 0
         for _ in range(CPU_REPEATS):
             before = cpu_seconds(router_pid)
-            phase = await run_load(router, clients, 120.0, stream, max_requests=requests)
+            phase = await run_load(
+                router,
+                clients,
+                120.0,
+                stream,
+                max_requests=requests,
+                spread_s=stream_s if stream else 0.0,
+            )
             per_request_ms.append((cpu_seconds(router_pid) - before) / phase.requests * 1000)
             errors += phase.errors
         out[name] = {
@@ -324,16 +430,19 @@ def machine() -> dict[str, object]:
 
 
 async def measure(
-    engine: str, router: str, router_pid: int, duration_s: float
+    engine: str, router: str, router_pid: int, duration_s: float, stream_s: float
 ) -> dict[str, object]:
+    """All measurements; ``stream_s`` is one stream's duration (see :func:`run_load`)."""
     out: dict[str, object] = {}
-    for concurrency in (50, 200):
+    for concurrency in CONCURRENCY:
         pooled: dict[str, Phase] = {}
         router_cpu_s = 0.0
         for _ in range(2):
             for mode, base in (("direct", engine), ("routed", router)):
                 cpu_before = cpu_seconds(router_pid)
-                phase = await run_load(base, concurrency, duration_s, stream=True)
+                phase = await run_load(
+                    base, concurrency, duration_s, stream=True, spread_s=stream_s
+                )
                 if mode == "routed":
                     router_cpu_s += cpu_seconds(router_pid) - cpu_before
                 if mode in pooled:
@@ -376,7 +485,7 @@ async def measure(
     throughput["routed"]["router_cpu_ms_per_request"] = cpu_ms
     throughput["routed"]["req_per_s_per_busy_core"] = 1000 / cpu_ms if cpu_ms else float("nan")
     out["max_throughput_64_clients"] = throughput
-    out["cpu_per_request"] = await measure_cpu(router, router_pid)
+    out["cpu_per_request"] = await measure_cpu(router, router_pid, stream_s)
     return out
 
 
@@ -390,20 +499,24 @@ def write_markdown(result: dict, path: Path) -> None:
         f"{'yes' if m['other_jobs_running'] else 'no'}). Router pinned to core {ROUTER_CORE}; "
         f"fake engine and load generator share core {CLIENT_CORE}.",
         f"Streams: {result['params']['chunks']} chunks, {result['params']['chunk_interval_ms']} ms "
-        f"apart; {result['params']['duration_s']} s per phase, direct and routed alternated twice.",
+        f"apart; {result['params']['duration_s']} s per phase, direct and routed alternated twice. "
+        "Each client connection sends requests back to back; their first requests are spread "
+        "over one stream's duration, so requests arrive evenly rather than in waves.",
         "",
         "| concurrent streams | direct TTFB p50 / p99 (ms) | routed TTFB p50 / p99 (ms) "
         "| added p50 / p99 (ms) | routed req/s | router CPU per request (ms) | errors |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in ("50", "200"):
+    for c in map(str, CONCURRENCY):
         row = result["results"][c]
         d, r = row["direct"], row["routed"]
+        # At a few requests per second the router's scrape loop dominates its CPU time.
+        cpu = f"{row['router_cpu_ms_per_request']:.2f}" if r["requests"] >= 100 else "-"
         lines.append(
             f"| {c} | {d['ttfb_p50_ms']:.2f} / {d['ttfb_p99_ms']:.2f} "
             f"| {r['ttfb_p50_ms']:.2f} / {r['ttfb_p99_ms']:.2f} "
             f"| {row['added_p50_ms']:.2f} / {row['added_p99_ms']:.2f} "
-            f"| {r['req_per_s']:.0f} | {row['router_cpu_ms_per_request']:.2f} | {r['errors']} |"
+            f"| {r['req_per_s']:.0f} | {cpu} | {r['errors']} |"
         )
     lines += [
         "",
@@ -430,9 +543,11 @@ def write_markdown(result: dict, path: Path) -> None:
     lines += [
         "",
         f"At 200 streams the router used {share:.0%} of its core (routed req/s x CPU per "
-        "request). Where that is far below 100% while the routed TTFB grows, the router was "
-        "waiting for a CPU the other jobs held, and the client-side added latency measures "
-        "that wait rather than the router's own work.",
+        "request). The 1-stream row is the added latency without any queueing (the router's "
+        "work plus one more hop on loopback); what the busier rows add on top of it is time "
+        "a request waited in the router's event loop behind other requests and chunks. "
+        "(No CPU figure for 1 stream: at a few requests per second the router's scrape of the "
+        "engine's metrics every second dominates its CPU time.)",
         "",
         f"Router's own added-latency histogram over all streamed requests: p50 <= "
         f"{h['p50_ms_at_most']:.2f} ms, p99 <= {h['p99_ms_at_most']:.2f} ms "
@@ -477,7 +592,8 @@ def main(
         wait_http(f"{engine}/health")
         wait_http(f"{router}/readyz")
         os.sched_setaffinity(0, {CLIENT_CORE})
-        results = asyncio.run(measure(engine, router, router_proc.pid, duration_s))
+        stream_s = chunks * chunk_interval_ms / 1000
+        results = uvloop.run(measure(engine, router, router_proc.pid, duration_s, stream_s))
     start["load_average_at_end"] = os.getloadavg()
     result = {
         "machine": start,
@@ -505,7 +621,7 @@ def engine_command(port: int, chunks: int, chunk_interval_ms: float) -> None:
     FakeEngineProtocol.chunks = chunks
     FakeEngineProtocol.interval_s = chunk_interval_ms / 1000
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve_fake_engine(port))
+        uvloop.run(_serve_fake_engine(port))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ def test_ejection_backoff_doubles_and_traffic_success_resets_it() -> None:
     assert state.ejected_until == 3.0  # capped at 3 s
     with pytest.raises(ValueError, match="either"):
         BackendPool(static=["http://a:1"], dns=("x", 1))
+    for bad in ("https://a:1", "a:1", "http://a:1/v1"):
+        with pytest.raises(ValueError, match=r"http://HOST:PORT"):
+            BackendPool(static=[bad])
 
 
 async def test_failing_engine_is_ejected_then_probed_back_in() -> None:

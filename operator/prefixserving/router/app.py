@@ -53,6 +53,7 @@ from prefixserving.router.policies.base import (
     RoutingPolicy,
 )
 from prefixserving.router.proxy import Exchange, upstream_headers
+from prefixserving.router.upstream import UpstreamPool
 
 KeyFunction = Callable[[Mapping[str, Any], keys.KeyConfig], keys.PrefixKey]
 Handler = Callable[[Scope, Receive], Awaitable[ASGIApp | None]]
@@ -67,7 +68,7 @@ class RouterConfig:
     ``connect_timeout_s`` (2 s) and ``read_timeout_s`` (600 s: the longest wait for an answer
     to start, which covers queueing plus prefill of a non-streamed answer, and the longest
     silence of a streamed one, see ``router.proxy``) bound upstream calls.
-    ``max_connections``: upstream connection pool size (1024).
+    ``max_idle_connections``: idle upstream connections kept per backend (256).
     """
 
     max_body_bytes: int = 16 * 1024 * 1024
@@ -75,7 +76,7 @@ class RouterConfig:
     retry_after_s: int = 1
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0
-    max_connections: int = 1024
+    max_idle_connections: int = 256
 
 
 class _BadBody(Exception):
@@ -124,26 +125,22 @@ class Router:
         self.metrics = RouterMetrics(pool, self.hygiene)
         pool.on_eject = lambda url: self.metrics.ejections.inc(url)
         self._rotation = itertools.count()
-        self.session: aiohttp.ClientSession | None = None
+        self.upstream = UpstreamPool(
+            connect_timeout_s=self.config.connect_timeout_s,
+            max_idle_per_backend=self.config.max_idle_connections,
+        )
 
     # Lifecycle ------------------------------------------------------------------------------
 
-    def _make_session(self, max_connections: int) -> aiohttp.ClientSession:
-        """A pooled client that passes bytes as they are: no decompression, no cookies, no
-        headers of its own."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0),
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Discovery and scraping run for the app's lifetime (on aiohttp: off the request
+        path); upstream connections are closed at the end."""
+        scrape_session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout_s),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self) -> AsyncIterator[None]:
-        self.session = self._make_session(self.config.max_connections)
-        scrape_session = self._make_session(64)
         await self.pool.refresh_members()
         task = asyncio.create_task(self.pool.run(scrape_session))
         try:
@@ -153,7 +150,7 @@ class Router:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await scrape_session.close()
-            await self.session.close()
+            self.upstream.close()
 
     # Request handling -----------------------------------------------------------------------
 
@@ -204,12 +201,11 @@ class Router:
         on_complete: Callable[[str], None],
         received_at: float,
     ) -> Exchange:
-        assert self.session is not None, "the router's lifespan has not started"
         path = scope["raw_path"] or scope["path"].encode()
         if scope["query_string"]:
             path += b"?" + scope["query_string"]
         return Exchange(
-            session=self.session,
+            upstream=self.upstream,
             pool=self.pool,
             metrics=self.metrics,
             method=scope["method"],

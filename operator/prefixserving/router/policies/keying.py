@@ -113,16 +113,25 @@ class PrefixKeySelector:
         self._increment = 1.0
         self._total = 0.0
 
-    def _slots(self, block: int) -> tuple[int, int]:
-        mixed = mix64(block)
-        return mixed & self._mask, (mixed >> 32) & self._mask
+    def _slots(self, blocks: tuple[int, ...]) -> list[tuple[int, int]]:
+        """The sketch slots (one per row) of each of the first ``max_depth_blocks`` blocks."""
+        mask = self._mask
+        out = []
+        for block in blocks[: self.params.max_depth_blocks]:
+            mixed = mix64(block)
+            out.append((mixed & mask, (mixed >> 32) & mask))
+        return out
 
     def observe(self, blocks: tuple[int, ...]) -> None:
         """Count one request's leading blocks."""
+        self._observe(self._slots(blocks))
+
+    def _observe(self, slots: list[tuple[int, int]]) -> None:
         inc = self._increment
-        for block in blocks[: self.params.max_depth_blocks]:
-            for row, slot in zip(self._rows, self._slots(block), strict=True):
-                row[slot] += inc
+        first, second = self._rows
+        for a, b in slots:
+            first[a] += inc
+            second[b] += inc
         self._total += inc
         self._increment *= self._growth
         if self._increment > _RESCALE_AT:
@@ -137,9 +146,13 @@ class PrefixKeySelector:
 
     def share(self, block: int) -> float:
         """Recent share of requests whose leading blocks include ``block`` (over-estimate)."""
-        count = min(row[slot] for row, slot in zip(self._rows, self._slots(block), strict=True))
+        return self._shares(self._slots((block,)))[0]
+
+    def _shares(self, slots: list[tuple[int, int]]) -> list[float]:
+        first, second = self._rows
         floor = self.params.min_requests * self._increment / self._growth
-        return count / max(self._total, floor)
+        total = max(self._total, floor)
+        return [min(first[a], second[b]) / total for a, b in slots]
 
     def threshold(self, n_backends: int) -> float:
         """The share above which a block is hot among ``n_backends`` backends."""
@@ -147,24 +160,27 @@ class PrefixKeySelector:
 
     def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
         """Index of the key block in ``blocks`` (which must be non-empty)."""
-        limit = min(len(blocks), self.params.max_depth_blocks)
+        return self._depth(self._shares(self._slots(blocks)), n_backends)
+
+    def _depth(self, shares: list[float], n_backends: int) -> int:
         threshold = self.threshold(n_backends)
-        for d in range(limit):
-            if self.share(blocks[d]) <= threshold:
+        for d, share in enumerate(shares):
+            if share <= threshold:
                 return d
-        return limit - 1
+        return len(shares) - 1
 
     def choose(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
         """The key, and the homes of the hot prefix above it, without observing ``blocks``;
         ``None`` for a request without blocks."""
         if not blocks:
             return None
-        limit = min(len(blocks), self.params.max_depth_blocks)
+        return self._choose(blocks, self._shares(self._slots(blocks)), n_backends)
+
+    def _choose(self, blocks: tuple[int, ...], shares: list[float], n_backends: int) -> KeyChoice:
         threshold = self.threshold(n_backends)
         parent: int | None = None
         parent_share = share = 0.0
-        for block in blocks[:limit]:
-            share = self.share(block)
+        for block, share in zip(blocks, shares, strict=False):
             if share <= threshold:
                 key = block
                 break
@@ -172,7 +188,7 @@ class PrefixKeySelector:
                 parent = block
             parent_share = share
         else:
-            key = blocks[limit - 1]
+            key = blocks[len(shares) - 1]
         if parent is None or parent == key:
             return KeyChoice(key, None, max(n_backends, 1), share)
         homes = math.ceil(parent_share / threshold)
@@ -182,8 +198,9 @@ class PrefixKeySelector:
         """Observe a routed request, then return :meth:`choose` for it."""
         if not blocks:
             return None
-        self.observe(blocks)
-        return self.choose(blocks, n_backends)
+        slots = self._slots(blocks)
+        self._observe(slots)
+        return self._choose(blocks, self._shares(slots), n_backends)
 
     def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
         """The key block of ``blocks`` without observing them, or ``None`` for a request
@@ -196,5 +213,6 @@ class PrefixKeySelector:
         """Observe a routed request, then return its key."""
         if not blocks:
             return None
-        self.observe(blocks)
-        return blocks[self.depth(blocks, n_backends)]
+        slots = self._slots(blocks)
+        self._observe(slots)
+        return blocks[self._depth(self._shares(slots), n_backends)]

@@ -43,6 +43,7 @@ def test_help_lists_every_flag() -> None:
         ([], "either as --backend"),
         (["--backend", "http://a:1", "--dns", "x:1"], "either as --backend"),
         (["--dns", "engines"], "NAME:PORT"),
+        (["--backend", "https://a:1"], "http://HOST:PORT"),
         (["--backend", "http://a:1", "--load-bound", "0.5"], "load_bound"),
         (["--backend", "http://a:1", "--policy", "random"], "random"),
     ],
@@ -177,18 +178,10 @@ def test_workers_share_the_port_and_stop_together() -> None:
 
 def test_prefix_blocks_also_sets_the_policys_key_depth() -> None:
     """A deeper ``--prefix-blocks`` reaches the prefix-affinity key choice, not only the key."""
-    from prefixserving.router.cli import build_router_app
+    from prefixserving.router.cli import RouterSettings, build_router_app
 
     app = build_router_app(
-        backends=["http://127.0.0.1:1"],
-        dns=None,
-        policy="prefix-affinity",
-        load_bound=1.25,
-        prefix_blocks=48,
-        block_chars=128,
-        model=None,
-        max_body_bytes=1024,
-        scrape_interval_s=1.0,
+        RouterSettings(backends=("http://127.0.0.1:1",), prefix_blocks=48, block_chars=128)
     )
     policy = app.router.policy
     assert policy.keys.params.max_depth_blocks == 48

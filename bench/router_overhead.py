@@ -247,6 +247,7 @@ class LoadClientProtocol(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.started = 0.0
         self.first = True
+        self.in_flight = False
         self.closed = load.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -260,6 +261,7 @@ class LoadClientProtocol(asyncio.Protocol):
             self.transport.close()
             return
         self.first = True
+        self.in_flight = True
         self.started = time.perf_counter()
         self.transport.write(self.load.request(self.i))
         self.i += self.load.concurrency
@@ -267,8 +269,7 @@ class LoadClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.load.errors += 1
+        except httptools.HttpParserError:  # counted as an error in connection_lost
             assert self.transport is not None
             self.transport.close()
 
@@ -278,12 +279,16 @@ class LoadClientProtocol(asyncio.Protocol):
             self.first = False
 
     def on_message_complete(self) -> None:
+        self.in_flight = False
         self.load.requests += 1
         if self.parser.get_status_code() != 200:
             self.load.errors += 1
         self.send_next()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.in_flight:  # the answer was cut off
+            self.load.requests += 1
+            self.load.errors += 1
         if not self.closed.done():
             self.closed.set_result(None)
 

@@ -7,9 +7,9 @@ Setup, all on loopback:
   stream by default), a non-streamed one answers a fixed JSON body at once;
 - the router (``prefixserving router``, policy ``prefix-affinity``), pinned to one core with
   ``taskset``;
-- a load generator (bare asyncio connections with httptools' response parser, see
-  :class:`LoadClientProtocol`) holding ``C`` concurrent keep-alive connections, each a loop of
-  streamed completions with text prompts that share 1 KiB prefixes in 16 groups.
+- a load generator (the router's own upstream client, :mod:`prefixserving.router.upstream`)
+  holding ``C`` concurrent keep-alive connections, each a loop of streamed completions with
+  text prompts that share 1 KiB prefixes in 16 groups.
 
 Router CPU per request: a fixed number of non-streamed and of 16-chunk streamed requests,
 three times each, with the router process's user + system CPU time (``/proc/PID/stat``) read
@@ -48,17 +48,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 import click
-import httptools
 import httpx
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefixserving.machine import cpu_model
+from prefixserving.router.upstream import UpstreamError, UpstreamPool
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -219,105 +219,7 @@ class Phase:
     elapsed_s: float
 
 
-def request_bytes(port: int, i: int, stream: bool) -> bytes:
-    """One ``POST /v1/completions`` with a keep-alive connection, as sent on the wire."""
-    body = json.dumps(
-        {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
-    ).encode()
-    head = (
-        f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-class LoadClientProtocol(asyncio.Protocol):
-    """One client connection sending requests back to back: the time to the first body byte
-    of each answer is recorded, the next request goes out when the answer is complete.
-
-    A bare protocol with httptools' response parser (the parser uvicorn uses) costs a small
-    fraction of an HTTP client library's CPU per request and per chunk, so the load generator
-    and the fake engine can share one core without queueing behind each other.
-    """
-
-    def __init__(self, load: ClosedLoop, worker: int) -> None:
-        self.load = load
-        self.i = worker
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.started = 0.0
-        self.first = True
-        self.in_flight = False
-        self.closed = load.loop.create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-        offset = self.load.spread_s * self.i / self.load.concurrency
-        self.load.loop.call_later(offset, self.send_next)
-
-    def send_next(self) -> None:
-        assert self.transport is not None
-        if not self.load.take():
-            self.transport.close()
-            return
-        self.first = True
-        self.in_flight = True
-        self.started = time.perf_counter()
-        self.transport.write(self.load.request(self.i))
-        self.i += self.load.concurrency
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:  # counted as an error in connection_lost
-            assert self.transport is not None
-            self.transport.close()
-
-    def on_body(self, _body: bytes) -> None:
-        if self.first:
-            self.load.ttfb_s.append(time.perf_counter() - self.started)
-            self.first = False
-
-    def on_message_complete(self) -> None:
-        self.in_flight = False
-        self.load.requests += 1
-        if self.parser.get_status_code() != 200:
-            self.load.errors += 1
-        self.send_next()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.in_flight:  # the answer was cut off
-            self.load.requests += 1
-            self.load.errors += 1
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
-@dataclass
-class ClosedLoop:
-    """Shared state of ``concurrency`` client connections (see :func:`run_load`)."""
-
-    loop: asyncio.AbstractEventLoop
-    port: int
-    concurrency: int
-    stream: bool
-    stop_at: float
-    limit: float
-    spread_s: float
-    sent: int = 0
-    requests: int = 0
-    errors: int = 0
-    ttfb_s: list[float] = field(default_factory=list)
-
-    def take(self) -> bool:
-        """Whether another request may go out (time and request budget left)."""
-        if time.perf_counter() >= self.stop_at or self.sent >= self.limit:
-            return False
-        self.sent += 1
-        return True
-
-    def request(self, i: int) -> bytes:
-        return request_bytes(self.port, i, self.stream)
+_HEADERS = [(b"content-type", b"application/json")]
 
 
 async def run_load(
@@ -328,34 +230,49 @@ async def run_load(
     max_requests: int | None = None,
     spread_s: float = 0.0,
 ) -> Phase:
-    """``concurrency`` keep-alive connections, each sending requests back to back for
-    ``duration_s`` or until ``max_requests`` were sent in all.
+    """``concurrency`` clients, each sending requests back to back for ``duration_s`` or until
+    ``max_requests`` were sent in all, over the router's own upstream client (a fraction of an
+    HTTP client library's CPU, so the load generator and the fake engine can share one core
+    without queueing behind each other). TTFB: until the first body bytes.
 
-    Connection ``w`` sends its first request ``spread_s * w / concurrency`` after the start.
-    With ``spread_s`` one stream's duration, the streams start and end evenly spread instead
-    of in waves of ``concurrency`` requests that arrive within the same millisecond (streams
-    of equal length keep a closed loop in step: a wave at the start stays a wave)."""
-    port = int(base.rsplit(":", 1)[1])
-    loop = asyncio.get_running_loop()
-    load = ClosedLoop(
-        loop,
-        port,
-        concurrency,
-        stream,
-        stop_at=time.perf_counter() + duration_s,
-        limit=max_requests if max_requests is not None else float("inf"),
-        spread_s=spread_s,
-    )
+    Client ``w`` sends its first request ``spread_s * w / concurrency`` after the start. With
+    ``spread_s`` one stream's duration, the streams start and end evenly spread instead of in
+    waves of ``concurrency`` requests that arrive within the same millisecond (streams of equal
+    length keep a closed loop in step: a wave at the start stays a wave)."""
+    upstream = UpstreamPool(connect_timeout_s=5.0, max_idle_per_backend=concurrency)
+    ttfb: list[float] = []
+    counts = {"requests": 0, "errors": 0, "sent": 0}
+    limit = max_requests if max_requests is not None else float("inf")
+    stop_at = time.perf_counter() + duration_s
+
+    async def client(worker: int) -> None:
+        await asyncio.sleep(spread_s * worker / concurrency)
+        i = worker
+        while time.perf_counter() < stop_at and counts["sent"] < limit:
+            counts["sent"] += 1
+            body = {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
+            i += concurrency
+            started = time.perf_counter()
+            try:
+                response = await upstream.request(
+                    base, "POST", "/v1/completions", _HEADERS, json.dumps(body).encode()
+                )
+                await response.read()
+                ttfb.append(time.perf_counter() - started)
+                while await response.read():
+                    pass
+                response.release()
+                if response.status != 200:
+                    counts["errors"] += 1
+            except (UpstreamError, OSError, TimeoutError):
+                counts["errors"] += 1
+            counts["requests"] += 1
+
     started = time.perf_counter()
-    protocols = []
-    for worker in range(concurrency):
-        _, proto = await loop.create_connection(
-            lambda w=worker: LoadClientProtocol(load, w), "127.0.0.1", port
-        )
-        protocols.append(proto)
-    await asyncio.wait_for(asyncio.gather(*(p.closed for p in protocols)), duration_s + 60)
+    await asyncio.gather(*(client(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - started
-    return Phase(load.ttfb_s, load.requests, load.errors, elapsed)
+    upstream.close()
+    return Phase(ttfb, counts["requests"], counts["errors"], elapsed)
 
 
 def cpu_seconds(pid: int) -> float:

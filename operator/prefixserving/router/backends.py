@@ -31,11 +31,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from prefixserving.router.policies.base import BackendLoad
+from prefixserving.router.upstream import backend_address
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +141,7 @@ class BackendPool:
         if bool(static) == (dns is not None):
             raise ValueError("give either static backends or a DNS name, not both")
         for url in static:
-            parts = urlsplit(url)
-            if parts.scheme != "http" or not parts.hostname or parts.path.strip("/"):
-                raise ValueError(
-                    f"backend {url!r}: give an engine's base URL as http://HOST:PORT "
-                    "(the router speaks plain HTTP to the engines, without a path)"
-                )
+            backend_address(url)  # ValueError with the expected form
         self.config = config or PoolConfig()
         self.dns = dns
         self._resolver = resolver

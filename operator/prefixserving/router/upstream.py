@@ -41,6 +41,18 @@ import httptools
 HIGH_WATER_BYTES = 256 * 1024
 
 
+def backend_address(backend: str) -> tuple[str, int, bytes]:
+    """Host, port and ``Host`` header value of an engine's base URL (``http://HOST:PORT``);
+    ``ValueError`` naming the URL and the expected form for anything else."""
+    parts = urlsplit(backend)
+    if parts.scheme != "http" or not parts.hostname or parts.path.strip("/"):
+        raise ValueError(
+            f"backend {backend!r}: give an engine's base URL as http://HOST:PORT "
+            "(the router speaks plain HTTP to the engines, without a path)"
+        )
+    return parts.hostname, parts.port or 80, parts.netloc.encode("latin-1")
+
+
 class UpstreamError(Exception):
     """The engine closed the connection or sent a malformed answer."""
 
@@ -235,14 +247,9 @@ class UpstreamPool:
         self._addresses: dict[str, tuple[str, int, bytes]] = {}
 
     def _address(self, backend: str) -> tuple[str, int, bytes]:
-        """Host, port and ``Host`` header value of a base URL such as ``http://10.0.0.7:8000``."""
         address = self._addresses.get(backend)
         if address is None:
-            parts = urlsplit(backend)
-            if parts.scheme != "http" or parts.hostname is None:
-                raise ValueError(f"backend {backend!r} is not an http:// URL")
-            address = (parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"))
-            self._addresses[backend] = address
+            address = self._addresses[backend] = backend_address(backend)
         return address
 
     async def _connect(self, backend: str) -> _Connection:

@@ -45,6 +45,7 @@ import string
 import subprocess
 import sys
 import tarfile
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,8 +181,10 @@ class _Replay:
         self.finished = workdir / "stages"
         self.finished.mkdir(parents=True, exist_ok=True)
         names = sorted(_container_paths(self.stages), key=len, reverse=True)
-        self.container_path = re.compile(
-            r"(?<![\w.\-/])(" + "|".join(map(re.escape, names)) + r")(?![\w.\-])"
+        self.container_path = (
+            re.compile(r"(?<![\w.\-/])(" + "|".join(map(re.escape, names)) + r")(?![\w.\-])")
+            if names
+            else None
         )
 
     def build(self) -> Image:
@@ -207,7 +210,8 @@ class _Replay:
                 pairs = iter(command.value)
                 for name, value in zip(pairs, pairs, strict=True):
                     words = " ".join(shlex.split(self._host_paths(value)))
-                    image.env[name] = string.Template(words).substitute(image.env)
+                    # Docker expands an unset variable to nothing.
+                    image.env[name] = string.Template(words).substitute(defaultdict(str, image.env))
             elif instruction == "COPY":
                 self._copy(command, image.workdir)
             elif instruction == "RUN" and not command.json:
@@ -224,6 +228,8 @@ class _Replay:
 
     def _host_paths(self, text: str) -> str:
         """``text`` with the container paths the Dockerfile names moved under the stage."""
+        if self.container_path is None:
+            return text
         return self.container_path.sub(lambda m: f"{self.root}{m.group(1)}", text)
 
     def _run(self, line: int, script: str, image: Image) -> None:

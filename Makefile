@@ -34,7 +34,8 @@ crds:
 docs:
 	$(BIN)/python -m prefixserving.api.reference docs/reference
 
-## Build and tag the three images (needs a Docker engine).
+## Build and tag the three images (needs a Docker engine). The context is the repository root,
+## filtered by .dockerignore; bash e2e/images_smoke.sh then runs the built images.
 images:
 	docker build -f images/engine/Dockerfile -t $(REGISTRY)/engine:$(VERSION) .
 	docker build -f images/router/Dockerfile -t $(REGISTRY)/router:$(VERSION) .

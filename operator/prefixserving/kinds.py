@@ -145,15 +145,15 @@ _ROWS: tuple[Kind, ...] = (
         constants.KIND,
         constants.PLURAL,
         frozenset({"get", "list", "watch", "patch"}),
-        "kopf watches them and keeps its progress annotations there (patch); the operator "
-        "reads the owner of a drifted child",
+        "kopf watches them and patches its progress annotations (and removes the finalizer "
+        "of earlier operator builds); the operator reads the owner of a drifted child",
         subresources=(
             Subresource("status", frozenset({"patch"}), "conditions, replicas, metrics"),
             Subresource(
                 "finalizers",
                 frozenset({"update"}),
                 "children carry blockOwnerDeletion owner references, which the API server "
-                "allows only to who may update the owner's finalizers",
+                "accepts only from a client that may update the owner's finalizers",
             ),
         ),
     ),

@@ -95,6 +95,10 @@ def test_router_and_operator_images_entry_points(wheel: Path, tmp_path: Path) ->
     )
     assert rendered.returncode == 0, rendered.stderr
     assert "kind: Deployment" in rendered.stdout
+    # The CRDs, checked as an API server admits them (cel-python is a runtime dependency).
+    crds = subprocess.run([cli, "crd"], capture_output=True, text=True, cwd=tmp_path)
+    assert crds.returncode == 0, crds.stderr
+    assert crds.stdout.count("kind: CustomResourceDefinition") == 2
     # vLLM is not a dependency of the router and operator images.
     check = subprocess.run([str(env_dir / "bin/python"), "-c", "import vllm"], capture_output=True)
     assert check.returncode != 0

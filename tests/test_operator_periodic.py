@@ -97,3 +97,17 @@ async def test_scheduler_runs_due_jobs_in_threads_and_survives_failures() -> Non
         assert not task.done()  # the failing job was logged, not raised
         task.cancel()
     assert calls == ["live"]  # the body being deleted was skipped
+
+
+def test_resync_leaves_a_resource_whose_change_is_still_being_reconciled() -> None:
+    """kopf's update handler (which retries) owns a generation the status has not observed;
+    a resource being deleted is left alone too. Neither touches the API (kube is None)."""
+    from prefixserving.controller.handlers import reconcile
+
+    pending = {"metadata": {"name": "p", "generation": 3}, "status": {"observedGeneration": 2}}
+    deleting = {
+        "metadata": {"name": "d", "generation": 1, "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"observedGeneration": 1},
+    }
+    for body in (pending, deleting):
+        reconcile.resync(None, body)  # type: ignore[arg-type]

@@ -86,6 +86,16 @@ BAD_SCHEMAS: list[tuple[str, dict[str, Any], str]] = [
         ".metadata.labels: a restriction on metadata.labels",
     ),
     (
+        "kind not a string",
+        {**root(obj()), "properties": {**root(obj())["properties"], "kind": {"type": "object"}}},
+        ".kind: kind is not type: string",
+    ),
+    (
+        "title in not",
+        root(obj(size={"type": "integer", "not": {"title": "zero", "enum": [0]}})),
+        ".spec.size(not[0]): title inside not",
+    ),
+    (
         "list-type map with an optional key",
         root(
             obj(

@@ -13,12 +13,12 @@ Checks (Kubernetes "structural schema" rules, CEL cost rules, apiextensions vali
 2. Types: the root, every property, every ``additionalProperties`` schema and every ``items``
    schema has a ``type``, except a node with ``x-kubernetes-int-or-string`` (which must not
    have one) or ``x-kubernetes-preserve-unknown-fields``.
-3. Junctors (``allOf``, ``anyOf``, ``oneOf``, ``not``): no ``description``, ``type``,
-   ``default``, ``additionalProperties``, ``nullable`` or ``x-kubernetes-*`` inside, except
-   the ``anyOf: [{type: integer}, {type: string}]`` of int-or-string; every property or items
-   they name is also specified outside them.
-4. ``metadata`` at the root: ``type: object`` and at most restrictions on ``name`` and
-   ``generateName``; no default under it.
+3. Junctors (``allOf``, ``anyOf``, ``oneOf``, ``not``): no ``description``, ``title``,
+   ``type``, ``default``, ``additionalProperties``, ``nullable`` or ``x-kubernetes-*`` but
+   ``x-kubernetes-validations`` inside, except the ``anyOf: [{type: integer}, {type: string}]``
+   of int-or-string; every property or items they name is also specified outside them.
+4. At the root: ``apiVersion`` and ``kind`` are strings; ``metadata`` is ``type: object`` with
+   at most restrictions on ``name`` and ``generateName``, and no default under it.
 5. List and map types: ``x-kubernetes-list-type`` only on arrays (``atomic``, ``set`` of
    scalars, ``map`` of objects whose ``x-kubernetes-list-map-keys`` are scalar properties,
    each required or defaulted); ``x-kubernetes-map-type`` only on objects.
@@ -95,7 +95,7 @@ KNOWN_KEYS = {
     "x-kubernetes-map-type",
     "x-kubernetes-validations",
 }
-NOT_IN_JUNCTORS = ("description", "type", "default", "additionalProperties", "nullable")
+NOT_IN_JUNCTORS = ("description", "title", "type", "default", "additionalProperties", "nullable")
 INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 SCALARS = ("string", "integer", "number", "boolean")
 MACROS = ("all", "exists", "exists_one", "map", "filter")
@@ -203,6 +203,8 @@ class _Checker:
             if root and name == "metadata":
                 self.metadata(sub, ".metadata")
                 continue
+            if root and name in ("apiVersion", "kind") and sub.get("type") != "string":
+                self.add(f".{name}", f"{name} is not type: string", "set type: string")
             self.node(sub, f"{path}.{name}", needs_type=True, ancestors=ancestors)
         items = node.get("items")
         if isinstance(items, Mapping):
@@ -241,7 +243,10 @@ class _Checker:
             where = f"{path}({junctor}[{i}])"
             for sub_path, sub in _walk(branch, where):
                 for key in sub:
-                    if key in NOT_IN_JUNCTORS or key.startswith("x-kubernetes-"):
+                    extension = (
+                        key.startswith("x-kubernetes-") and key != "x-kubernetes-validations"
+                    )
+                    if key in NOT_IN_JUNCTORS or extension:
                         self.add(
                             sub_path,
                             f"{key} inside {junctor}",

@@ -29,7 +29,8 @@ Checks (Kubernetes "structural schema" rules, CEL cost rules, apiextensions vali
    in has ``maxItems``/``maxProperties`` (the rule runs once per element); every string, list
    or map the rule reads has ``maxLength``, ``maxItems`` or ``maxProperties`` (an ``enum``
    bounds a string too), following ``self.a.b``, indexing, and the variable of ``all``,
-   ``exists``, ``exists_one``, ``map`` and ``filter`` to the field it iterates. Without these
+   ``exists``, ``exists_one``, ``map`` and ``filter`` to the field it iterates
+   (``api/cel_reads.py`` finds what a rule reads). Without these
    the server cannot bound a rule's cost and refuses the CRD. Arguments of ``has()`` are not
    reads; ``self.metadata.name`` and ``generateName`` are bounded by the server.
 
@@ -47,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import celpy
-from lark import Token, Tree
+
+from prefixserving.api.cel_reads import Located, rule_reads
 
 JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
 FORBIDDEN_KEYS = {
@@ -98,29 +100,7 @@ KNOWN_KEYS = {
 NOT_IN_JUNCTORS = ("description", "title", "type", "default", "additionalProperties", "nullable")
 INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 SCALARS = ("string", "integer", "number", "boolean")
-MACROS = ("all", "exists", "exists_one", "map", "filter")
-# Single-child wrapper nodes of cel-python's grammar around a plain operand.
-WRAPPERS = (
-    "expr",
-    "conditionalor",
-    "conditionaland",
-    "relation",
-    "addition",
-    "multiplication",
-    "unary",
-    "member",
-    "primary",
-    "paren_expr",
-)
-# What the API server exposes of metadata to CEL rules at the root, and its bounds.
-CEL_METADATA = {
-    "name": {"type": "string", "maxLength": 253},
-    "generateName": {"type": "string", "maxLength": 253},
-}
 TYPES_FIX = "Field(max_length=...) on the field in api/types.py"
-
-Located = tuple[str, Mapping[str, Any]]  # (field path, schema node)
-Env = dict[str, Located]  # CEL variable -> what it stands for
 
 
 @dataclass(frozen=True)
@@ -334,12 +314,10 @@ class _Checker:
                         _bound_fix(container),
                     )
             try:
-                tree = celpy.Environment().compile(text)
+                reads = rule_reads(text, node, path)
             except celpy.CELParseError as exc:
                 self.add(path, f"{where} does not parse: {exc}", "fix the rule in api/validation")
                 continue
-            reads = _Reads(node, path, root=path == "")
-            reads.visit(tree, {})
             for read_path, message in reads.undefined:
                 self.add(read_path, f"{where} {message}", "fix the rule or the field name")
             for read_path, read in reads.nodes:
@@ -446,137 +424,3 @@ def _value_problems(value: Any, schema: Mapping[str, Any], path: str) -> list[tu
         for i, item in enumerate(value):
             found += _value_problems(item, schema["items"], f"{path}[{i}]")
     return found
-
-
-class _Reads:
-    """The schema nodes one CEL rule reads, found by walking cel-python's parse tree.
-
-    A field chain (``self.a.b``, ``x[i]``, a macro variable) resolves step by step through
-    ``properties``, ``items`` and ``additionalProperties``; each resolved node is a read.
-    """
-
-    def __init__(self, node: Mapping[str, Any], path: str, root: bool) -> None:
-        self.self_node = node
-        self.self_path = path
-        self.root = root
-        self.nodes: list[Located] = []
-        self.undefined: list[tuple[str, str]] = []
-
-    def visit(self, tree: Any, env: Env) -> None:
-        if not isinstance(tree, Tree):
-            return
-        data = tree.data
-        if data == "ident_arg" and _token(tree.children[0]) == "has":
-            return  # has(x.y) tests presence: constant cost
-        if data == "member_dot_arg":
-            self.call(tree, env)
-            return
-        if data in ("member_dot", "member_index", "ident"):
-            self.resolve(tree, env)
-            return
-        for child in tree.children:
-            self.visit(child, env)
-
-    def call(self, tree: Tree, env: Env) -> None:
-        receiver, method = tree.children[0], _token(tree.children[1])
-        args = [c for c in (tree.children[2].children if len(tree.children) > 2 else [])]
-        names = [_bare_ident(a) for a in args]
-        variables = names[:2] if len(args) >= 3 and all(names[:2]) else names[:1]
-        if method in MACROS and len(args) >= 2 and all(variables):
-            target = self.resolve(receiver, env)
-            element = _element(target)
-            inner = dict(env)
-            if len(variables) == 2:  # all(i, v, ...): index or key, then value
-                inner[str(variables[0])] = ("(index)", {"type": "integer"})
-            if element is not None:
-                inner[str(variables[-1])] = element
-            for arg in args[len(variables) :]:
-                self.visit(arg, inner)
-            return
-        self.resolve(receiver, env)
-        for arg in args:
-            self.visit(arg, env)
-
-    def resolve(self, tree: Any, env: Env) -> Located | None:
-        """The (path, schema) a field chain denotes, recording every step as a read."""
-        tree = _unwrap(tree)
-        if not isinstance(tree, Tree):
-            return None
-        found: Located | None = None
-        if tree.data == "ident":
-            name = _token(tree.children[0])
-            if name in ("self", "oldSelf"):
-                found = (self.self_path or ".", self.self_node)
-            elif name in env:
-                found = env[name]
-        elif tree.data == "member_dot":
-            base = self.resolve(tree.children[0], env)
-            if base is None:
-                self.visit(tree.children[0], env)
-                return None
-            found = self.step(base, _token(tree.children[1]))
-        elif tree.data == "member_index":
-            base = self.resolve(tree.children[0], env)
-            self.visit(tree.children[1], env)
-            found = _indexed(base)
-        else:
-            self.visit(tree, env)
-            return None
-        if found is not None:
-            self.nodes.append(found)
-        return found
-
-    def step(self, base: Located, name: str) -> Located | None:
-        path, node = base
-        if self.root and node is self.self_node and name == "metadata":
-            return ".metadata", {"type": "object", "properties": CEL_METADATA}
-        properties = node.get("properties") or {}
-        if name in properties:
-            return f"{'' if path == '.' else path}.{name}", properties[name]
-        if isinstance(node.get("additionalProperties"), Mapping):
-            return f"{path}.*", node["additionalProperties"]
-        if node.get("x-kubernetes-preserve-unknown-fields"):
-            return None
-        self.undefined.append((path, f"reads {name!r}, which the schema does not define"))
-        return None
-
-
-def _element(base: Located | None) -> Located | None:
-    """What a macro over ``base`` iterates: a list's items, or a map's keys."""
-    if base is None:
-        return None
-    path, node = base
-    if isinstance(node.get("items"), Mapping):
-        return f"{path}[*]", node["items"]
-    if isinstance(node.get("additionalProperties"), Mapping):
-        return f"{path}.(key)", {"type": "string"}
-    return None
-
-
-def _indexed(base: Located | None) -> Located | None:
-    """What ``base[i]`` yields: a list's item, or a map's value."""
-    if base is None:
-        return None
-    path, node = base
-    if isinstance(node.get("items"), Mapping):
-        return f"{path}[*]", node["items"]
-    if isinstance(node.get("additionalProperties"), Mapping):
-        return f"{path}.*", node["additionalProperties"]
-    return None
-
-
-def _unwrap(tree: Any) -> Any:
-    while isinstance(tree, Tree) and tree.data in WRAPPERS and len(tree.children) == 1:
-        tree = tree.children[0]
-    return tree
-
-
-def _bare_ident(tree: Any) -> str | None:
-    inner = _unwrap(tree)
-    if isinstance(inner, Tree) and inner.data == "ident":
-        return _token(inner.children[0])
-    return None
-
-
-def _token(child: Any) -> str:
-    return str(child.value) if isinstance(child, Token) else str(child)

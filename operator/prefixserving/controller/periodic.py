@@ -22,8 +22,10 @@ earlier when a job is due), hands the due jobs to a thread pool (the API client 
 synchronous) and never waits for them.
 
 Differences from kopf timers: a job reads the body kopf last indexed (the same snapshot a timer
-would get); a paused operator (kopf peering) keeps running the jobs of the resources it indexed
-before the pause, since kopf exposes no pause signal to operator-level tasks.
+would get); resync waits for the current generation to be reconciled instead of kopf's
+``idle`` (see ``reconcile.resync``); a paused operator (kopf peering) keeps running the jobs of
+the resources it indexed before the pause, since kopf exposes no pause signal to
+operator-level tasks.
 
 Cost per wake-up: O(resources x jobs) dictionary operations; per run, the job's own requests.
 """

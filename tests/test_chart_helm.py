@@ -1,6 +1,7 @@
 """The Helm chart: ``helm lint --strict``, ``helm template`` output that passes the Kubernetes
-schemas, values.schema.json enforcement, least-privilege RBAC that still covers every child
-kind, and operator arguments the ``prefixserving operator`` command accepts."""
+schemas, values.schema.json enforcement, RBAC without wildcards (that it grants exactly the
+operator's kind table: ``test_chart_rbac.py``), and operator arguments the
+``prefixserving operator`` command accepts."""
 
 from __future__ import annotations
 
@@ -161,54 +162,6 @@ def test_rbac_has_no_wildcards_and_no_secrets(rendered_variants: dict) -> None:
                 assert "*" not in verbs and resource != "*" and group != "*"
                 assert resource != "secrets"
                 assert not verbs & {"escalate", "bind", "impersonate", "deletecollection"}
-
-
-def _child_kinds() -> set[tuple[str, str]]:
-    """(API group, plural) of every kind render_children produces for the examples."""
-    from prefixserving.controller.kube import KINDS
-
-    kinds = set()
-    for name in resource_examples():
-        for obj in rendered(name):
-            kind = KINDS[(obj["apiVersion"], obj["kind"])]
-            kinds.add((kind.group, kind.plural))
-    return kinds
-
-
-def test_rbac_covers_every_child_kind_and_the_operator_needs(rendered_variants: dict) -> None:
-    apply_verbs = {"get", "list", "watch", "create", "patch", "delete"}
-    (cluster_role,) = by_kind(rendered_variants["defaults"], "ClusterRole")
-    rules = _rules(cluster_role)
-    kinds = _child_kinds()
-    assert ("keda.sh", "scaledobjects") in kinds and (
-        "autoscaling",
-        "horizontalpodautoscalers",
-    ) in kinds
-    for key in kinds:
-        assert apply_verbs <= rules.get(key, set()), key
-    assert rules[(constants.GROUP, constants.PLURAL)] == {"get", "list", "watch", "patch"}
-    assert rules[(constants.GROUP, f"{constants.PLURAL}/status")] == {"get", "patch"}
-    assert rules[(constants.GROUP, f"{constants.PLURAL}/finalizers")] == {"update"}
-    assert rules[(constants.GROUP, constants.POLICY_PLURAL)] == {"get", "list", "watch"}
-    assert rules[("", "pods")] == {"get", "list", "watch"}
-    assert rules[("", "events")] == {"create", "patch"}
-    assert rules[("apiextensions.k8s.io", "customresourcedefinitions")] == {"get", "list", "watch"}
-    assert ("kopf.dev", "clusterkopfpeerings") in rules
-
-
-def test_namespaced_install_keeps_namespaced_rights_in_roles(rendered_variants: dict) -> None:
-    objects = rendered_variants["namespaced-ha"]
-    (cluster_role,) = by_kind(objects, "ClusterRole")
-    assert set(_rules(cluster_role)) == {("apiextensions.k8s.io", "customresourcedefinitions")}
-    roles = by_kind(objects, "Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "llm"]
-    for role in roles:
-        rules = _rules(role)
-        assert ("kopf.dev", "kopfpeerings") in rules
-        assert ("apps", "deployments") in rules
-    bindings = by_kind(objects, "RoleBinding")
-    assert {b["roleRef"]["name"] for b in bindings} == {roles[0]["metadata"]["name"]}
-    assert all(b["subjects"][0]["namespace"] == "prefixserving" for b in bindings)
 
 
 def test_fleet_service_monitor_selects_the_children_services(rendered_variants: dict) -> None:

@@ -207,6 +207,14 @@ def test_operator_image_entrypoint_starts(operator_image: Image) -> None:
     assert "Run the PrefixServing operator." in result.stdout
 
 
+@pytest.mark.slow
+def test_operator_image_generates_admissible_crds(operator_image: Image) -> None:
+    """The CRDs, checked as an API server admits them (cel-python is a runtime dependency)."""
+    result = run_in(operator_image, "crd", entrypoint="prefixserving")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("kind: CustomResourceDefinition") == 2
+
+
 def _preset_resource(policy_file: Path) -> dict[str, Any]:
     """A PrefixServing that names the ScalingPolicy preset in ``policy_file``, as its comment
     tells users to write."""

@@ -1,6 +1,7 @@
 """The operator, in-process (kopf's KopfRunner), against the Kubernetes API emulator:
 create, update, removal of unneeded children, drift repair, fields other controllers own,
-ScalingPolicy propagation, bad input, refused children, readiness, deletion."""
+ScalingPolicy propagation, bad input, refused children, readiness (deletion:
+test_operator_deletion.py)."""
 
 from __future__ import annotations
 
@@ -392,22 +393,6 @@ def test_ready_follows_the_children(harness: Harness) -> None:
     assert (status["replicas"], status["readyReplicas"], status["warmReplicas"]) == (2, 2, 1)
     progressing = harness.condition("t-ready", "ready", constants.COND_PROGRESSING)
     assert progressing is not None and progressing["status"] == "False"
-
-
-def test_delete_cleans_up_through_the_finalizer(harness: Harness) -> None:
-    harness.create(resource("gone", "t-delete"))
-    wait_for(lambda: reconciled(harness, "t-delete", "gone"), what="reconcile")
-    body = harness.prefixserving("t-delete", "gone")
-    assert "prefixserving.io/finalizer" in body["metadata"]["finalizers"]
-    harness.kube.delete(KINDS[(constants.API_VERSION, constants.KIND)], "t-delete", "gone")
-    wait_for(
-        lambda: (
-            harness.kube.get(KINDS[(constants.API_VERSION, constants.KIND)], "t-delete", "gone")
-            is None
-        ),
-        what="resource released by the finalizer",
-    )
-    assert harness.children("t-delete", "gone") == {}
 
 
 def test_missing_policy_is_reported_until_it_is_created(harness: Harness) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixserving import constants
-from prefixserving.controller.kube import KINDS, Kind
+from prefixserving.controller.kube import KINDS
 from prefixserving.testing import prefixserving_body as resource
 from prefixserving.testing import wait_for
 from support.kube_emulator import resources
@@ -73,7 +73,7 @@ def test_peering_runs_active_passive(tmp_path: Path) -> None:
         extra_types=resources.KOPF_PEERING,
         env={"PREFIXSERVING_PEERING": "prefixserving-operator"},
     )
-    peering = Kind("kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
+    peering = KINDS[("kopf.dev/v1", "ClusterKopfPeering")]
     try:
         harness.kube.request(
             "POST", peering.path(None), body={"metadata": {"name": "prefixserving-operator"}}

@@ -2,8 +2,8 @@
 
 :class:`Harness` owns one emulator, a kubeconfig pointing at it, a :class:`Kube` client for
 the test's own requests, and at most one running operator. The operator's settings come from
-``PREFIXSERVING_*`` variables set here before the handlers module is first imported (timer
-intervals are fixed at import, so every test module shares the same short ones).
+``PREFIXSERVING_*`` variables set here before the operator starts (its periodic jobs read
+their periods at start-up, so every test module gets the same short ones).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 from kopf.testing import KopfRunner
 
 from prefixserving.api import names
-from prefixserving.controller.handlers.reconcile import CHILD_KINDS
-from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kind, Kube, load_api_client
+from prefixserving.controller.kube import Kube, load_api_client
+from prefixserving.kinds import CHILD_KINDS, KINDS, PREFIX_SERVING, Kind
 
 from .kube_emulator import EmulatorThread, ResourceType
 
-# Short timer periods for tests; read when prefixserving.controller.main is first imported.
+# Short periods of the operator's periodic jobs for tests; read at operator start-up.
 TEST_ENV = {
     "PREFIXSERVING_STATUS_INTERVAL_S": "1",
     "PREFIXSERVING_METRICS_INTERVAL_S": "1",

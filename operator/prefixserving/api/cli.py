@@ -29,11 +29,16 @@ def crd(out_dir: Path | None) -> None:
       prefixserving crd | kubectl apply --server-side -f -
       prefixserving crd --out-dir crds/
     """
-    if out_dir is None:
-        click.echo("---\n".join(crd_module.dump(c) for c in crd_module.crds().values()), nl=False)
-        return
-    for path in crd_module.write(out_dir):
-        click.echo(f"wrote {path}")
+    try:
+        if out_dir is None:
+            click.echo(
+                "---\n".join(crd_module.dump(c) for c in crd_module.crds().values()), nl=False
+            )
+            return
+        for path in crd_module.write(out_dir):
+            click.echo(f"wrote {path}")
+    except crd_module.CrdRejected as exc:  # nothing was written: write() generates all first
+        raise click.ClickException(str(exc)) from exc
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:

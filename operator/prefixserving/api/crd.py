@@ -8,6 +8,9 @@ numeric ``exclusiveMinimum``/``exclusiveMaximum`` into OpenAPI v3.0's bound plus
 flag; give nested objects
 built by ``default_factory`` a ``default: {}`` so the API server fills in their fields; and add
 each model's CEL rules from ``api/validation.RULES`` as ``x-kubernetes-validations``.
+Then check it as an API server would admit it (``api/admission.py``: structural schema, list
+types, defaults, the CEL rules' cost bounds): :func:`crds` raises :class:`CrdRejected`, naming
+each field and the fix, instead of returning a CRD the server would refuse.
 The result is deterministic (CI compares it with ``crds/`` and the chart's copy).
 """
 
@@ -21,6 +24,7 @@ from pydantic import BaseModel
 
 from prefixserving import constants
 from prefixserving.api import types as t
+from prefixserving.api.admission import CrdRejected, crd_problems
 from prefixserving.api.validation import model_in, rules_for
 
 NAME_RULE = {
@@ -229,11 +233,23 @@ def scaling_policy_crd() -> dict[str, Any]:
 
 
 def crds() -> dict[str, dict[str, Any]]:
-    """File name -> CRD, for every CRD of the project."""
-    return {
+    """File name -> CRD, for every CRD of the project; :class:`CrdRejected` when an API server
+    would refuse one of them."""
+    generated = {
         f"{constants.GROUP}_{constants.PLURAL}.yaml": prefixserving_crd(),
         f"{constants.GROUP}_{constants.POLICY_PLURAL}.yaml": scaling_policy_crd(),
     }
+    for crd in generated.values():
+        admitted(crd)
+    return generated
+
+
+def admitted(crd: dict[str, Any]) -> dict[str, Any]:
+    """``crd`` itself, or :class:`CrdRejected` listing why an API server would refuse it."""
+    problems = crd_problems(crd)
+    if problems:
+        raise CrdRejected(crd["metadata"]["name"], problems)
+    return crd
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -249,10 +265,12 @@ def dump(crd: dict[str, Any]) -> str:
 
 
 def write(out_dir: Path) -> list[Path]:
-    """Write every CRD into ``out_dir``; returns the paths written."""
+    """Write every CRD into ``out_dir``; returns the paths written. Nothing is written when
+    one CRD would be refused (:class:`CrdRejected`)."""
+    generated = crds()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for file_name, crd in crds().items():
+    for file_name, crd in generated.items():
         path = out_dir / file_name
         path.write_text(dump(crd))
         paths.append(path)

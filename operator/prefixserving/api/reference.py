@@ -3,8 +3,10 @@ the pydantic models), so the docs cannot drift from what the API server enforces
 
 One markdown page per kind: a table per object (spec, then status), one row per field with
 its type, default, constraints (enum, range, pattern, length) and description, followed by the
-CEL rules of that object. Regenerate with ``python -m prefixserving.api.reference docs/reference``
-(``make docs``); a test fails when the committed pages differ.
+CEL rules of that object. Plus ``kinds.md``, the operator's kind table (``prefixserving.kinds``):
+what it reads and writes, with which verbs and why. Regenerate with
+``python -m prefixserving.api.reference docs/reference`` (``make docs``); a test fails when the
+committed pages differ.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prefixserving import kinds
 from prefixserving.api.crd import crds
 
 _CONSTRAINTS = (
@@ -119,8 +122,9 @@ def page(crd: dict[str, Any]) -> str:
 
 
 def pages() -> dict[str, str]:
-    """File name -> markdown, one per CRD."""
-    return {f"{crd['spec']['names']['singular']}.md": page(crd) for crd in crds().values()}
+    """File name -> markdown: one per CRD, and the kind table."""
+    pages = {f"{crd['spec']['names']['singular']}.md": page(crd) for crd in crds().values()}
+    return pages | {"kinds.md": kinds.reference_page()}
 
 
 def write(out_dir: Path) -> list[Path]:

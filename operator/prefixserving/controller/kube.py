@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -28,70 +27,39 @@ from kubernetes.client.exceptions import ApiException
 
 from prefixserving import constants
 
+# The kinds come from the one table (prefixserving.kinds); callers that talk to the API server
+# name them through this module.
+from prefixserving.kinds import (
+    DEPLOYMENT,
+    EVENT,
+    KINDS,
+    POD,
+    PREFIX_SERVING,
+    SCALING_POLICY,
+    SERVICE,
+    Kind,
+    kind_of,
+)
+
+__all__ = [
+    "DEPLOYMENT",
+    "EVENT",
+    "KINDS",
+    "POD",
+    "PREFIX_SERVING",
+    "SCALING_POLICY",
+    "SERVICE",
+    "Kind",
+    "Kube",
+    "KubeError",
+    "kind_of",
+    "load_api_client",
+]
+
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
 STATUS_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Kind:
-    """Where a kind is served: API version, plural, scope."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    def path(self, namespace: str | None, name: str | None = None, subresource: str = "") -> str:
-        root = f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
-        parts = [root]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-        if subresource:
-            parts.append(subresource)
-        return "/".join(parts)
-
-
-# Every kind the operator reads or writes. Children may be any kind listed here.
-KINDS: dict[tuple[str, str], Kind] = {
-    (k.api_version, k.kind): k
-    for k in (
-        Kind("apps/v1", "Deployment", "deployments"),
-        Kind("v1", "Service", "services"),
-        Kind("v1", "ConfigMap", "configmaps"),
-        Kind("v1", "ServiceAccount", "serviceaccounts"),
-        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-        Kind("v1", "Pod", "pods"),
-        Kind("v1", "Event", "events"),
-        Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-        Kind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
-        Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects"),
-        Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors"),
-        Kind("monitoring.coreos.com/v1", "PrometheusRule", "prometheusrules"),
-        Kind(constants.API_VERSION, constants.KIND, constants.PLURAL),
-        Kind(constants.API_VERSION, constants.POLICY_KIND, constants.POLICY_PLURAL),
-    )
-}
-DEPLOYMENT = KINDS[("apps/v1", "Deployment")]
-POD = KINDS[("v1", "Pod")]
-SERVICE = KINDS[("v1", "Service")]
-EVENT = KINDS[("v1", "Event")]
-PREFIX_SERVING = KINDS[(constants.API_VERSION, constants.KIND)]
-SCALING_POLICY = KINDS[(constants.API_VERSION, constants.POLICY_KIND)]
-
-
-def kind_of(obj: Mapping[str, Any]) -> Kind:
-    """The :class:`Kind` of an object dict; KeyError for kinds the operator never handles."""
-    return KINDS[(obj["apiVersion"], obj["kind"])]
 
 
 class KubeError(Exception):

@@ -1,10 +1,16 @@
 """Every kopf decorator of the operator; each handler is a one-line delegate.
 
-Settings are read once at import (the timers' intervals are decorator arguments);
-``prefixserving operator`` sets them from its flags before kopf imports this module. The API
-client and the settings reach the handlers through ``memo`` (kopf.Memo), never module state.
-Handler ids come from ``prefixserving.constants`` and are never renamed: kopf stores progress
-under them.
+``prefixserving operator`` sets the settings' environment from its flags before kopf imports
+this module. The API client, the settings and the periodic scheduler reach the handlers through
+``memo`` (kopf.Memo), never module state. Handler ids come from ``prefixserving.constants`` and
+are never renamed: kopf stores progress under them.
+
+No handler makes kopf put a finalizer on a PrefixServing: there is no deletion handler (owner
+references let garbage collection delete the children) and no timer (kopf adds a finalizer
+for timers, so the periodic status, metrics and resync jobs run from ``controller.periodic``
+over the ``prefixserving_bodies`` index). ``kubectl delete`` therefore never waits for the
+operator. The finalizer name stays configured (``settings.FINALIZER``) so that kopf removes
+it from resources an older operator version finalized.
 """
 
 from __future__ import annotations
@@ -14,38 +20,40 @@ from typing import Any
 import kopf
 
 from prefixserving import constants as c
+from prefixserving.controller import periodic
 from prefixserving.controller import settings as operator_settings
-from prefixserving.controller.handlers import reconcile, status
+from prefixserving.controller.handlers import reconcile
 from prefixserving.controller.kube import Kube, load_api_client
+from prefixserving.kinds import CHILD_KINDS, PREFIX_SERVING, SCALING_POLICY
 
-SETTINGS = operator_settings.load()
-RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
-POLICY = (c.GROUP, c.VERSION, c.POLICY_PLURAL)
+RESOURCE = (PREFIX_SERVING.group, PREFIX_SERVING.version, PREFIX_SERVING.plural)
+POLICY = (SCALING_POLICY.group, SCALING_POLICY.version, SCALING_POLICY.plural)
 OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
-# The children the drift handler watches (group, version, plural).
-CHILD_RESOURCES = (
-    ("apps", "v1", "deployments"),
-    ("", "v1", "services"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "serviceaccounts"),
-    ("rbac.authorization.k8s.io", "v1", "roles"),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("autoscaling", "v2", "horizontalpodautoscalers"),
-    ("keda.sh", "v1alpha1", "scaledobjects"),
-)
 
 
 @kopf.on.startup()
-def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def operator_startup(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, prefixserving_bodies: kopf.Index, **_: Any
+) -> None:
     memo.settings = operator_settings.load()  # fresh: the environment may have changed
     operator_settings.configure_kopf(settings, memo.settings)
     memo.kube = Kube(load_api_client())
+    memo.periodic = periodic.Scheduler.start(prefixserving_bodies, memo.kube, memo.settings)
+
+
+@kopf.on.cleanup()
+async def operator_cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await memo.periodic.stop()
 
 
 @kopf.on.login()
 def operator_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.index(*RESOURCE)
+def prefixserving_bodies(uid: str, body: kopf.Body, **_: Any) -> dict:
+    return {uid: dict(body)}
 
 
 @kopf.index(*RESOURCE)
@@ -68,43 +76,15 @@ def prefixserving_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     reconcile.on_change(memo.kube, body)
 
 
-@kopf.on.delete(*RESOURCE, id=c.HANDLER_DELETE)
-def prefixserving_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    reconcile.delete_children(memo.kube, body)
-
-
-@kopf.timer(*RESOURCE, id=c.HANDLER_STATUS, interval=SETTINGS.status_interval_s)
-def prefixserving_status(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    status.refresh(memo.kube, body)
-
-
-@kopf.timer(*RESOURCE, id=c.HANDLER_METRICS, interval=SETTINGS.metrics_interval_s)
-def prefixserving_metrics(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    status.refresh_metrics(
-        memo.kube, body, memo.settings.prometheus_url, memo.settings.prometheus_timeout_s
-    )
-
-
-@kopf.timer(
-    *RESOURCE,
-    id=c.HANDLER_RESYNC,
-    interval=SETTINGS.resync_interval_s,
-    idle=min(operator_settings.RESYNC_IDLE_S, SETTINGS.metrics_interval_s / 2),
-    initial_delay=SETTINGS.resync_interval_s,
-)
-def prefixserving_resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    reconcile.resync(memo.kube, body)
-
-
 def child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     reconcile.repair(memo.kube, type or "LISTED", body)
 
 
-for _group, _version, _plural in CHILD_RESOURCES:
+for _kind in CHILD_KINDS:
     child_event = kopf.on.event(
-        _group,
-        _version,
-        _plural,
+        _kind.group,
+        _kind.version,
+        _kind.plural,
         id=c.HANDLER_DRIFT,
         labels=OWNED,
         when=lambda body, **_: reconcile.is_child_of_ours(body),

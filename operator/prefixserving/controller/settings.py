@@ -33,14 +33,14 @@ import kopf
 from prefixserving import constants
 
 ENV_PREFIX = "PREFIXSERVING_"
+# No handler needs a finalizer (see main.py). The name stays configured so that kopf removes
+# the finalizer that earlier operator builds put on every PrefixServing.
 FINALIZER = f"{constants.GROUP}/finalizer"
 WATCH_SERVER_TIMEOUT_S = 300
 WATCH_CLIENT_TIMEOUT_S = 330
 WATCH_CONNECT_TIMEOUT_S = 30
+# Threads of kopf's sync handlers, and again of the periodic jobs (controller/periodic.py).
 MAX_WORKERS = 16
-# The resync timer waits until a resource has been left alone this long (kopf's ``idle``):
-# at most half the metrics period, whose status writes count as changes (see main.py).
-RESYNC_IDLE_S = 10.0
 
 
 @dataclass(frozen=True)

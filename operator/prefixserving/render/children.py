@@ -2,11 +2,14 @@
 
 Algorithm: resolve the effective autoscaling block, build one template context
 (``render/context.py``), then render each entry of ``CHILDREN`` whose condition holds, in table
-order, and stamp every object with the namespace, the ``app.kubernetes.io/*`` labels and an
-owner reference to the PrefixServing (controller, blockOwnerDeletion), so garbage collection
-removes the children. Pure and deterministic: same input, same list, same order.
+order, check that it made the kind its row names, and stamp every object with the namespace,
+the ``app.kubernetes.io/*`` labels and an owner reference to the PrefixServing (controller,
+blockOwnerDeletion), so garbage collection removes the children. Pure and deterministic: same
+input, same list, same order.
 
-To add a child, add a template to ``templates/`` and a row to ``CHILDREN``.
+To add a child: a template in ``templates/`` and a row in ``CHILDREN`` naming its kind, which
+must be a ``child=True`` row of the kind table (``prefixserving.kinds``; pruning, the drift
+watch, RBAC and the docs follow from that table).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prefixserving import constants
+from prefixserving import constants, kinds
 from prefixserving.api import names
 from prefixserving.api.defaults import EffectiveAutoscaling, effective_autoscaling
 from prefixserving.api.types import PrefixServing, PrefixServingSpec, ScalingPolicySpec
@@ -56,28 +59,39 @@ def _alerts(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
 
 @dataclass(frozen=True)
 class Child:
-    """One row of the child table: a template, its component label, and when it applies."""
+    """One row of the child table: a template, the kind it renders, its component label, and
+    when it applies."""
 
     template: str
+    kind: kinds.Kind
     component: str
     when: Condition
 
 
 CHILDREN: tuple[Child, ...] = (
-    Child("warmup-serviceaccount.yaml.j2", names.COMPONENT_WARMUP, _warmup),
-    Child("warmup-role.yaml.j2", names.COMPONENT_WARMUP, _warmup),
-    Child("warmup-rolebinding.yaml.j2", names.COMPONENT_WARMUP, _warmup),
-    Child("warmup-configmap.yaml.j2", names.COMPONENT_WARMUP, _inline_warmup),
-    Child("engine-service.yaml.j2", constants.COMPONENT_ENGINE, _always),
-    Child("engine-deployment.yaml.j2", constants.COMPONENT_ENGINE, _always),
-    Child("engine-pdb.yaml.j2", constants.COMPONENT_ENGINE, _always),
-    Child("router-service.yaml.j2", constants.COMPONENT_ROUTER, _always),
-    Child("router-deployment.yaml.j2", constants.COMPONENT_ROUTER, _always),
-    Child("router-pdb.yaml.j2", constants.COMPONENT_ROUTER, _always),
-    Child("hpa.yaml.j2", names.COMPONENT_AUTOSCALER, _backend("hpa")),
-    Child("scaledobject.yaml.j2", names.COMPONENT_AUTOSCALER, _backend("keda")),
-    Child("servicemonitor.yaml.j2", names.COMPONENT_MONITORING, _service_monitor),
-    Child("prometheusrule.yaml.j2", names.COMPONENT_MONITORING, _alerts),
+    Child("warmup-serviceaccount.yaml.j2", kinds.SERVICE_ACCOUNT, names.COMPONENT_WARMUP, _warmup),
+    Child("warmup-role.yaml.j2", kinds.ROLE, names.COMPONENT_WARMUP, _warmup),
+    Child("warmup-rolebinding.yaml.j2", kinds.ROLE_BINDING, names.COMPONENT_WARMUP, _warmup),
+    Child("warmup-configmap.yaml.j2", kinds.CONFIG_MAP, names.COMPONENT_WARMUP, _inline_warmup),
+    Child("engine-service.yaml.j2", kinds.SERVICE, constants.COMPONENT_ENGINE, _always),
+    Child("engine-deployment.yaml.j2", kinds.DEPLOYMENT, constants.COMPONENT_ENGINE, _always),
+    Child("engine-pdb.yaml.j2", kinds.POD_DISRUPTION_BUDGET, constants.COMPONENT_ENGINE, _always),
+    Child("router-service.yaml.j2", kinds.SERVICE, constants.COMPONENT_ROUTER, _always),
+    Child("router-deployment.yaml.j2", kinds.DEPLOYMENT, constants.COMPONENT_ROUTER, _always),
+    Child("router-pdb.yaml.j2", kinds.POD_DISRUPTION_BUDGET, constants.COMPONENT_ROUTER, _always),
+    Child(
+        "hpa.yaml.j2", kinds.HORIZONTAL_POD_AUTOSCALER, names.COMPONENT_AUTOSCALER, _backend("hpa")
+    ),
+    Child(
+        "scaledobject.yaml.j2", kinds.SCALED_OBJECT, names.COMPONENT_AUTOSCALER, _backend("keda")
+    ),
+    Child(
+        "servicemonitor.yaml.j2",
+        kinds.SERVICE_MONITOR,
+        names.COMPONENT_MONITORING,
+        _service_monitor,
+    ),
+    Child("prometheusrule.yaml.j2", kinds.PROMETHEUS_RULE, names.COMPONENT_MONITORING, _alerts),
 )
 
 
@@ -115,6 +129,11 @@ def render_children(
         if not child.when(resource.spec, auto):
             continue
         obj = render_template(child.template, context)
+        if (obj.get("apiVersion"), obj.get("kind")) != (child.kind.api_version, child.kind.kind):
+            raise ValueError(
+                f"{child.template} rendered {obj.get('apiVersion')} {obj.get('kind')}, but its "
+                f"CHILDREN row names {child.kind.api_version} {child.kind.kind}"
+            )
         metadata = obj.setdefault("metadata", {})
         metadata["namespace"] = namespace
         metadata["labels"] = {**metadata.get("labels", {}), **names.labels(name, child.component)}

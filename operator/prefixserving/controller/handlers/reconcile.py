@@ -8,10 +8,11 @@ the middle converges to the same objects):
    and raises :class:`InvalidSpec`.
 2. Resolve ``spec.autoscaling.policyRef`` to the ScalingPolicy (missing: ``PolicyNotFound``,
    rendered with the spec's values and the defaults until the policy appears).
-3. Render the children (pure, ``render.render_children``), drop those whose API is not served
-   (KEDA's ScaledObject without KEDA: ``ScalerMissing``; ServiceMonitor/PrometheusRule without
-   prometheus-operator), and note ``ScalerMissing`` for the HPA backend when the custom metrics
-   API (prometheus-adapter) is absent.
+3. Render the children (pure, ``render.render_children``) and check the optional API each
+   kind requires (``Kind.requires`` in ``prefixserving.kinds``): a child whose own API is not
+   served is dropped (KEDA's ScaledObject without KEDA, ServiceMonitor/PrometheusRule without
+   prometheus-operator); a missing dependency (the custom metrics API of the HPA backend) is
+   noted. KEDA and the custom metrics API missing are ``ScalerMissing``.
 4. Server-side apply each child with the operator's field manager and ``force``. The operator
    owns exactly the fields it renders, so ``replicas`` left out under autoscaling, HPA/KEDA
    status and annotations that Argo CD or Flux add stay with their owners. A refused child is
@@ -36,19 +37,12 @@ import kopf
 
 from prefixserving import constants
 from prefixserving.api import names
-from prefixserving.api.defaults import effective_autoscaling
-from prefixserving.api.types import ObjectMeta, PrefixServing, ScalingPolicy
+from prefixserving.api.types import PrefixServing, ScalingPolicy
 from prefixserving.api.validation import SpecError, parse_resource, parse_scaling_policy
 from prefixserving.controller import conditions as cond
 from prefixserving.controller.drift import drifted
-from prefixserving.controller.kube import (
-    KINDS,
-    PREFIX_SERVING,
-    SCALING_POLICY,
-    Kind,
-    Kube,
-    KubeError,
-)
+from prefixserving.controller.kube import Kube, KubeError
+from prefixserving.kinds import CHILD_KINDS, PREFIX_SERVING, SCALING_POLICY, kind_of
 from prefixserving.render import render_children
 
 logger = logging.getLogger(__name__)
@@ -56,31 +50,6 @@ logger = logging.getLogger(__name__)
 REASON_POLICY_NOT_FOUND = "PolicyNotFound"
 # How long kopf waits before retrying a reconcile whose children were refused.
 REFUSED_RETRY_S = 30.0
-
-# Kinds whose availability depends on optional APIs, and the API that must be served.
-_OPTIONAL_APIS: dict[tuple[str, str], tuple[str, str]] = {
-    ("keda.sh/v1alpha1", "ScaledObject"): ("keda.sh/v1alpha1", "scaledobjects"),
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): ("monitoring.coreos.com/v1", "servicemonitors"),
-    ("monitoring.coreos.com/v1", "PrometheusRule"): ("monitoring.coreos.com/v1", "prometheusrules"),
-}
-CUSTOM_METRICS_API = ("custom.metrics.k8s.io/v1beta1", "pods")
-# Kinds the renderer may produce, hence the kinds pruned when a spec stops rendering them.
-CHILD_KINDS: tuple[Kind, ...] = tuple(
-    KINDS[key]
-    for key in (
-        ("apps/v1", "Deployment"),
-        ("v1", "Service"),
-        ("v1", "ConfigMap"),
-        ("v1", "ServiceAccount"),
-        ("rbac.authorization.k8s.io/v1", "Role"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ("policy/v1", "PodDisruptionBudget"),
-        ("autoscaling/v2", "HorizontalPodAutoscaler"),
-        ("keda.sh/v1alpha1", "ScaledObject"),
-        ("monitoring.coreos.com/v1", "ServiceMonitor"),
-        ("monitoring.coreos.com/v1", "PrometheusRule"),
-    )
-)
 
 
 class InvalidSpec(Exception):
@@ -153,28 +122,17 @@ def desired_children(kube: Kube, resource: PrefixServing, outcome: Outcome) -> l
     """Rendered children whose API is served; notes missing scalers in ``outcome``."""
     policy, outcome.policy_missing = resolve_policy(kube, resource)
     policy_spec = policy.spec if policy is not None else None
-    children = render_children(resource, policy_spec)
     served: list[dict[str, Any]] = []
-    for child in children:
-        api = _OPTIONAL_APIS.get((child["apiVersion"], child["kind"]))
-        if api is not None and not kube.served(*api):
-            outcome.skipped.append(ref(child))
-            if child["kind"] == "ScaledObject":
-                outcome.scaler_missing = (
-                    f"KEDA is not installed: {api[1]}.{api[0].split('/')[0]} is not served, so "
-                    f"{ref(child)} cannot be created. Install KEDA (helm install keda "
-                    "kedacore/keda -n keda --create-namespace) or set autoscaling.backend: hpa."
-                )
-            continue
+    for child in render_children(resource, policy_spec):
+        kind = kind_of(child)
+        api = kind.requires
+        if api is not None and not kube.served(api.api_version, api.plural):
+            if api.missing:
+                outcome.scaler_missing = api.missing.format(ref=ref(child))
+            if kind.optional:  # its own API is missing: it cannot be created
+                outcome.skipped.append(ref(child))
+                continue
         served.append(child)
-    auto = effective_autoscaling(resource.spec, policy_spec)
-    if auto.enabled and auto.backend == "hpa" and not kube.served(*CUSTOM_METRICS_API):
-        outcome.scaler_missing = (
-            "the custom metrics API (custom.metrics.k8s.io/v1beta1) is not served, so the HPA "
-            "cannot read vLLM metrics. Install prometheus-adapter with the chart's rules "
-            "(helm upgrade <release> prefixserving/prefixserving-operator --set "
-            "prometheusAdapterRules.enabled=true) or set autoscaling.backend: keda."
-        )
     return served
 
 
@@ -202,9 +160,7 @@ def prune(
     )
     selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
     for kind in CHILD_KINDS:
-        if (kind.api_version, kind.kind) in _OPTIONAL_APIS and not kube.served(
-            *_OPTIONAL_APIS[(kind.api_version, kind.kind)]
-        ):
+        if kind.optional and not kube.served(kind.api_version, kind.plural):
             continue
         for obj in kube.list(kind, namespace, selector):
             owners = obj["metadata"].get("ownerReferences") or []
@@ -302,25 +258,6 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
     return outcome
 
 
-def delete_children(kube: Kube, body: Mapping[str, Any]) -> list[str]:
-    """On deletion (through the finalizer): delete every child now rather than waiting for
-    garbage collection, and record an Event. Returns what was deleted."""
-    meta = body["metadata"]
-    outcome = Outcome()
-    try:
-        resource = validate(body)
-    except SpecError:
-        resource = PrefixServing.model_construct(
-            metadata=ObjectMeta.model_construct(
-                name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid")
-            )
-        )
-    prune(kube, resource, [], outcome)
-    if outcome.deleted:
-        kube.event(body, "Normal", "Deleted", f"deleted {', '.join(outcome.deleted)}")
-    return outcome.deleted
-
-
 def repair(kube: Kube, event_type: str, child: Mapping[str, Any]) -> list[str]:
     """Drift repair for one child event: when a child of a live PrefixServing was deleted or
     no longer contains what the operator renders, re-apply that resource's children.
@@ -407,8 +344,12 @@ def on_change(kube: Kube, body: Mapping[str, Any]) -> None:
 
 def resync(kube: Kube, body: Mapping[str, Any]) -> None:
     """The periodic full re-apply: catches missed events, a scaler API installed later and
-    children refused before. Problems are already in the status; nothing is raised."""
-    if body["metadata"].get("deletionTimestamp"):
+    children refused before. Skipped while the resource is being deleted or while a change is
+    still being reconciled (its generation not yet observed: kopf's update handler, which
+    retries, owns it). Problems are already in the status; nothing is raised."""
+    meta = body["metadata"]
+    observed = (body.get("status") or {}).get("observedGeneration")
+    if meta.get("deletionTimestamp") or observed != meta.get("generation"):
         return
     try:
         reconcile(kube, body)

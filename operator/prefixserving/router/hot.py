@@ -44,7 +44,9 @@ So a system prompt behind hundreds of requests is chosen before a conversation s
 under another prompt, and is replayed through the deepest shared prefix under it.
 
 Requests with ``cache_salt`` are never recorded: the salt isolates a tenant's cache and
-must not be served to anyone.
+must not be served to anyone. Nor are requests whose replay body the answer could not carry
+(:func:`servable`): the router forwards such bodies unchanged and the engine judges them, but
+one of them in the table must not break the endpoint for every warm-up.
 
 **Parameters**: ``capacity`` (1024 prefixes), ``half_life_s`` (300 s), ``min_hits`` (1.5:
 seen at least twice recently; decay makes two hits worth a little under 2).
@@ -57,6 +59,7 @@ prefix holding its block chain and a replay body trimmed to the key's depth (abo
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +71,27 @@ from prefixserving.router.policies.base import RoutingPolicy
 
 DEFAULT_LIMIT = 32
 MAX_LIMIT = 1024
+# Deepest nesting of a replay body in the answer (its JSON encoder recurses once per level).
+MAX_REPLAY_DEPTH = 32
 _RESCALE_EXPONENT = 64.0
+
+
+def servable(body: Mapping[str, Any]) -> bool:
+    """Whether the answer can carry ``body``: mappings and lists nested at most
+    ``MAX_REPLAY_DEPTH`` levels (checked without recursion), and strict JSON in UTF-8: no NaN
+    or infinity, no lone surrogate (the JSON answer refuses both). Cost: O(size of body)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_REPLAY_DEPTH:
+            return False
+        children = value.values() if isinstance(value, Mapping) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, Mapping | list))
+    try:
+        json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    except ValueError:  # NaN or infinity; UnicodeEncodeError for a lone surrogate
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -144,14 +167,17 @@ class HotPrefixes:
         """Count every prefix of ``key``; ``body`` is the parsed request it came from."""
         if key.salted or not key.blocks:
             return
-        weight = self._weight()
         source: dict[str, Any] | None = None
+        if any(block not in self._entries for block in key.blocks):
+            source = replay_body(body, key, len(key.blocks), self.key_config)
+            if not servable(source):
+                return
+        weight = self._weight()
         for depth, block in enumerate(key.blocks, start=1):
             entry = self._entries.get(block)
             if entry is None:
+                assert source is not None
                 floor = self._pop_smallest() if len(self._entries) >= self.capacity else 0.0
-                if source is None:
-                    source = replay_body(body, key, len(key.blocks), self.key_config)
                 entry = _Entry(key.blocks[:depth], key, source, floor + weight, floor)
                 self._entries[block] = entry
             else:

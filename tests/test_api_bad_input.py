@@ -4,6 +4,7 @@ status 1, and ``render`` prints nothing on stdout."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,17 @@ def test_aliases_within_the_limits_still_work(tmp_path: Path) -> None:
     file.write_text(text)
     result = invoke("validate", "-f", str(file))
     assert result.exit_code == 0, result.output
+
+
+def test_characters_beyond_the_bmp_and_line_separators_render(tmp_path: Path) -> None:
+    """Valid input that once broke the renderer: JSON escapes an emoji as a surrogate pair,
+    which YAML refuses; NEL and LS are line breaks to YAML."""
+    prompt = "Answer kindly 🙂, line\u2028separator, next\x85line, bom\ufeff"
+    body = yaml.safe_load((EXAMPLES / "warmup.yaml").read_text())
+    body["spec"]["warmup"]["prompts"] = [{"prompt": prompt}]
+    file = tmp_path / "emoji.yaml"
+    file.write_text(yaml.safe_dump(body, allow_unicode=True))
+    result = invoke("render", "-f", str(file))
+    assert result.exit_code == 0, result.output
+    (config,) = [o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "ConfigMap"]
+    assert json.loads(config["data"]["prompts.json"]) == [{"prompt": prompt}]

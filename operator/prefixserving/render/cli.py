@@ -33,9 +33,10 @@ def _checked(path: Path) -> tuple[list[PrefixServing | ScalingPolicy], bool]:
 
 
 def _policy(
-    wanted: str | None, policies: list[ScalingPolicy], from_file: bool
+    source: str, wanted: str | None, policies: list[ScalingPolicy], from_file: bool
 ) -> ScalingPolicy | None:
-    """The ScalingPolicy named ``wanted``; a ``--policy`` file with one policy is taken as it."""
+    """The ScalingPolicy named ``wanted``; a ``--policy`` file with one policy is taken as it.
+    ``source`` names the resource's file in the error."""
     if wanted is None:
         return None
     for policy in policies:
@@ -44,7 +45,7 @@ def _policy(
     if from_file and len(policies) == 1:
         return policies[0]
     raise click.ClickException(
-        f"spec.autoscaling.policyRef names ScalingPolicy {wanted!r}, which was not given:"
+        f"{source}: spec.autoscaling.policyRef names ScalingPolicy {wanted!r}, which was not given:"
         f" pass it with --policy FILE; nothing rendered"
     )
 
@@ -98,6 +99,7 @@ def render(path: Path, policy_path: Path | None) -> None:
         )
     (resource,) = resources
     ref = resource.spec.autoscaling.policy_ref
-    policy = _policy(ref.name if ref is not None else None, policies, policy_path is not None)
+    wanted = ref.name if ref is not None else None
+    policy = _policy(source, wanted, policies, policy_path is not None)
     children = render_children(resource, policy.spec if policy is not None else None)
     click.echo(yaml.safe_dump_all(children, sort_keys=False, width=1000), nl=False)

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from prefixserving.api import documents
-from prefixserving.api.cli import MAX_PROBLEMS_SHOWN
+from prefixserving.api.cli import MAX_DOCUMENTS_SHOWN, MAX_PROBLEMS_SHOWN
 from prefixserving.cli import main
 from render_examples import EXAMPLES
 
@@ -153,6 +153,15 @@ def test_a_document_with_hundreds_of_problems_fits_one_screen(tmp_path: Path) ->
     result = invoke("validate", "-f", str(file))
     hidden = 300 - MAX_PROBLEMS_SHOWN
     assert_refused(result, [f"... and {hidden} more problems: fix these and run again"])
+
+
+def test_a_file_with_thousands_of_bad_documents_fits_one_screen(tmp_path: Path) -> None:
+    file = tmp_path / "many.yaml"
+    file.write_text("---\n".join(["- 1\n"] * 5000))
+    for command in ("validate", "render"):
+        result = invoke(command, "-f", str(file))
+        hidden = 5000 - MAX_DOCUMENTS_SHOWN
+        assert_refused(result, [f"... and {hidden} more invalid documents: fix these"])
 
 
 def test_keys_repeated_in_different_mappings_are_fine(tmp_path: Path) -> None:

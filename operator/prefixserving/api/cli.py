@@ -42,8 +42,10 @@ def crd(out_dir: Path | None) -> None:
         click.echo(f"wrote {path}")
 
 
-# Problems printed per document: a hostile file cannot fill the terminal.
-MAX_PROBLEMS_SHOWN = 20
+# What is printed of the problems, so that a hostile file cannot fill the terminal: the
+# problems of at most MAX_DOCUMENTS_SHOWN documents, at most MAX_PROBLEMS_SHOWN of each.
+MAX_DOCUMENTS_SHOWN = 4
+MAX_PROBLEMS_SHOWN = 8
 # Longest line printed for one problem (a key or value can be megabytes long).
 MAX_PROBLEM_CHARS = 400
 
@@ -116,17 +118,37 @@ def describe(doc: Document) -> str:
     return doc.where + (": " + " ".join(words) if words else "")
 
 
-def echo_problems(source: str, doc: Document, error: SpecError, verdict: str) -> None:
-    """Print a document's problems to stderr, at most ``MAX_PROBLEMS_SHOWN`` of them."""
-    click.echo(f"{source}: {describe(doc)}: {verdict}", err=True)
-    for problem in error.problems[:MAX_PROBLEMS_SHOWN]:
-        text = str(problem)
-        if len(text) > MAX_PROBLEM_CHARS:
-            text = text[: MAX_PROBLEM_CHARS - 3] + "..."
-        click.echo(f"  {text}", err=True)
-    hidden = len(error.problems) - MAX_PROBLEMS_SHOWN
-    if hidden > 0:
-        click.echo(f"  ... and {hidden} more problems: fix these and run again", err=True)
+class ProblemReport:
+    """The problems of a file's documents on stderr, within the limits above; ``verdict``
+    follows each document's name (e.g. ``invalid``)."""
+
+    def __init__(self, source: str, verdict: str) -> None:
+        self.source = source
+        self.verdict = verdict
+        self.invalid = 0
+
+    def add(self, doc: Document, error: SpecError) -> None:
+        self.invalid += 1
+        if self.invalid > MAX_DOCUMENTS_SHOWN:
+            return
+        click.echo(f"{self.source}: {describe(doc)}: {self.verdict}", err=True)
+        for problem in error.problems[:MAX_PROBLEMS_SHOWN]:
+            text = str(problem)
+            if len(text) > MAX_PROBLEM_CHARS:
+                text = text[: MAX_PROBLEM_CHARS - 3] + "..."
+            click.echo(f"  {text}", err=True)
+        hidden = len(error.problems) - MAX_PROBLEMS_SHOWN
+        if hidden > 0:
+            click.echo(f"  ... and {hidden} more problems: fix these and run again", err=True)
+
+    def close(self) -> None:
+        """Count the invalid documents not shown."""
+        hidden = self.invalid - MAX_DOCUMENTS_SHOWN
+        if hidden > 0:
+            click.echo(
+                f"{self.source}: ... and {hidden} more invalid documents: fix these and run again",
+                err=True,
+            )
 
 
 @click.command()
@@ -147,14 +169,14 @@ def validate(path: Path) -> None:
       kubectl get pfx my-model -o yaml | prefixserving validate -f -
     """
     source = source_name(path)
-    failed = False
+    report = ProblemReport(source, "invalid")
     for doc in load_documents(path):
         try:
             check_document(doc)
         except SpecError as error:
-            failed = True
-            echo_problems(source, doc, error, "invalid")
+            report.add(doc, error)
         else:
             click.echo(f"{source}: {describe(doc)}: valid")
-    if failed:
+    report.close()
+    if report.invalid:
         sys.exit(1)

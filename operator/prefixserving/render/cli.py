@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import yaml
 
-from prefixserving.api.cli import check_document, echo_problems, load_documents
+from prefixserving.api.cli import ProblemReport, check_document, load_documents
 from prefixserving.api.documents import source_name
 from prefixserving.api.types import PrefixServing, ScalingPolicy
 from prefixserving.api.validation import SpecError
@@ -20,16 +20,15 @@ NOTHING_RENDERED = "invalid, nothing rendered"
 def _checked(path: Path) -> tuple[list[PrefixServing | ScalingPolicy], bool]:
     """Every document of ``path`` validated; problems go to stderr. Returns the resources and
     whether all documents were valid."""
-    source = source_name(path)
+    report = ProblemReport(source_name(path), NOTHING_RENDERED)
     out: list[PrefixServing | ScalingPolicy] = []
-    valid = True
     for doc in load_documents(path):
         try:
             out.append(check_document(doc))
         except SpecError as error:
-            echo_problems(source, doc, error, NOTHING_RENDERED)
-            valid = False
-    return out, valid
+            report.add(doc, error)
+    report.close()
+    return out, report.invalid == 0
 
 
 def _policy(

@@ -133,9 +133,10 @@ def test_names_used_by_doc_commands_exist(cmd: Command) -> None:
 
 def as_run_here(cmd: Command, tmp_path: Path) -> list[str]:
     """The arguments to run: as written for quick subcommands (the user's own files replaced
-    by an example, output folders by ``tmp_path``), else the subcommand's ``--help``."""
+    by an example, output folders by ``tmp_path``), else the subcommand's ``--help`` (also
+    for a subcommand named without arguments, a mention in prose)."""
     _, path, rest = resolve_cli(list(cmd.argv[1:]))
-    if path[-1] not in RUN_AS_WRITTEN:
+    if path[-1] not in RUN_AS_WRITTEN or not rest:
         return [*path, "--help"]
     args = []
     for i, word in enumerate(rest):

@@ -71,9 +71,10 @@ async def test_bad_bodies_answer_400_and_never_reach_an_engine(
         assert engine.received == []
 
 
-async def test_bodies_the_hot_prefix_answer_cannot_carry_are_forwarded_not_recorded() -> None:
+async def test_bodies_the_hot_prefix_answer_cannot_carry_are_forwarded_and_left_out() -> None:
     """NaN, a lone surrogate or deep nesting in a field the key does not read: the engine
-    judges the request, and the hot-prefix and hygiene endpoints keep answering."""
+    judges the request, the hot-prefix and hygiene endpoints keep answering, and the next
+    clean request with the prefix makes it hot again."""
     system = "You are a careful assistant. " * 10
     extras = [b"NaN", b'"\\ud800"', b"[" * 200 + b"]" * 200]
     async with fake_engines(1) as [(engine, url)], running_router([url]) as r:

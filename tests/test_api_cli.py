@@ -58,7 +58,8 @@ def test_validate_reports_yaml_errors(tmp_path: Path) -> None:
     file.write_text("- a list\n- not an object\n")
     result = run("validate", "-f", str(file))
     assert result.exit_code == 1
-    assert "document 0 is a list, not a Kubernetes object" in result.stderr
+    assert "document 1 (line 1): invalid" in result.stderr
+    assert "a list, not a Kubernetes object" in result.stderr
     result = run("validate", "-f", str(tmp_path / "missing.yaml"))
     assert result.exit_code == 2 and "does not exist" in result.stderr
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import jinja2
 import pytest
 
 from prefixserving import constants
 from prefixserving.api.validation import parse_resource
+from prefixserving.controller.handlers import reconcile as reconcile_module
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, POD
 from prefixserving.render import render_children
 from prefixserving.testing import prefixserving_body as resource
@@ -267,6 +269,47 @@ def test_invalid_spec_creates_nothing_and_leaves_others_alone(harness: Harness) 
     # Fixing the spec creates the children.
     harness.patch_spec("t-invalid", "bad", {"engine": {"tensorParallelSize": 1, "blockSize": 16}})
     wait_for(lambda: len(harness.children("t-invalid", "bad")) >= 6, what="children after fix")
+
+
+def test_a_renderer_crash_stays_on_its_resource(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body that breaks the renderer in a way validation cannot foresee (here: a template
+    error for one resource) is reported on that resource; the others still reconcile."""
+    real_render = reconcile_module.render_children
+
+    def render(resource: Any, policy: Any = None) -> list[dict[str, Any]]:
+        if resource.metadata.name == "crash":
+            raise jinja2.UndefinedError("'engine' is undefined")  # what a broken template raises
+        return real_render(resource, policy)
+
+    monkeypatch.setattr(reconcile_module, "render_children", render)
+    harness.create(resource("crash", "t-crash"))
+    harness.create(resource("fine", "t-crash"))
+    wait_for(lambda: reconciled(harness, "t-crash", "fine"), what="fine reconciled")
+    degraded = wait_for(
+        lambda: (
+            (c := harness.condition("t-crash", "crash", constants.COND_DEGRADED))
+            and c["reason"] == constants.REASON_RENDER_FAILED
+            and c
+        ),
+        what="RenderFailed",
+    )
+    assert degraded["status"] == "True"
+    assert "UndefinedError: 'engine' is undefined" in degraded["message"]
+    ready = harness.condition("t-crash", "crash", constants.COND_READY)
+    assert ready is not None and ready["status"] == "False"
+    assert harness.children("t-crash", "crash") == {}
+    assert set(harness.children("t-crash", "fine")) == set(
+        expected_children(harness, "t-crash", "fine")
+    )
+    # The operator is still serving: once the renderer works, the next change goes through.
+    monkeypatch.setattr(reconcile_module, "render_children", real_render)
+    harness.patch_spec("t-crash", "crash", {"replicas": 1})
+    wait_for(lambda: reconciled(harness, "t-crash", "crash"), what="crash reconciled after fix")
+    assert set(harness.children("t-crash", "crash")) == set(
+        expected_children(harness, "t-crash", "crash")
+    )
 
 
 def test_keda_missing_reports_scaler_missing_until_installed(harness: Harness) -> None:

@@ -33,6 +33,30 @@ def assert_openai_error(response, status: int, param: str | None = None) -> dict
         ("/v1/chat/completions", b'{"model": "", "messages": []}', "model"),
         ("/v1/completions", b'{"model": "m"}', "prompt"),
         ("/v1/chat/completions", b'{"model": "m", "messages": "hi"}', "messages"),
+        ("/v1/completions", '{"model": "m", "prompt": "hi"}'.encode("utf-16"), None),
+        ("/v1/completions", b'{"model": "m", "prompt": "\xed\xa0\x80"}', None),  # CESU-8
+        ("/v1/completions", b'"just a string"', None),
+        ("/v1/completions", b"null", None),
+        ("/v1/completions", b'{"model": "m", "prompt": ' + b"[" * 100_000 + b"]" * 100_000, None),
+        ("/v1/completions", b'{"model": "m", "prompt": [' + b"9" * 5000 + b"]}", None),
+        ("/v1/completions", b'{"model": "m", "prompt": [99999999999999999999]}', "prompt"),
+        ("/v1/completions", b'{"model": "m", "prompt": [1, "2"]}', "prompt"),
+        ("/v1/completions", b'{"model": "m", "prompt": [1.5]}', "prompt"),
+        ("/v1/completions", b'{"model": "m", "prompt": {"text": "hi"}}', "prompt"),
+        ("/v1/completions", b'{"model": "m", "prompt": "\\ud800 lone"}', "prompt"),
+        ("/v1/completions", b'{"model": "\\udfff", "prompt": "hi"}', "model"),
+        (
+            "/v1/completions",
+            b'{"model": "m", "prompt": "hi", "cache_salt": "\\ud800"}',
+            "cache_salt",
+        ),
+        ("/v1/completions", b'{"model": 7, "prompt": "hi"}', "model"),
+        ("/v1/chat/completions", b'{"model": "m", "messages": [1, 2]}', "messages"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+            "messages",
+        ),
     ],
 )
 async def test_bad_bodies_answer_400_and_never_reach_an_engine(
@@ -45,6 +69,40 @@ async def test_bad_bodies_answer_400_and_never_reach_an_engine(
         error = assert_openai_error(response, 400, param)
         assert error["type"] == "invalid_request_error"
         assert engine.received == []
+
+
+async def test_bodies_the_hot_prefix_answer_cannot_carry_are_forwarded_and_left_out() -> None:
+    """NaN, a lone surrogate or deep nesting in a field the key does not read: the engine
+    judges the request, the hot-prefix and hygiene endpoints keep answering, and the next
+    clean request with the prefix makes it hot again."""
+    system = "You are a careful assistant. " * 10
+    extras = [b"NaN", b'"\\ud800"', b"[" * 200 + b"]" * 200]
+    async with fake_engines(1) as [(engine, url)], running_router([url]) as r:
+        for extra in extras:
+            raw = (
+                b'{"model": "m", "messages": [{"role": "system", "content": "'
+                + system.encode()
+                + b'", "extra": '
+                + extra
+                + b"}]}"
+            )
+            for _ in range(2):  # twice: a prefix seen twice is hot
+                response = await r.client.post(
+                    "/v1/chat/completions",
+                    content=raw,
+                    headers={"content-type": "application/json"},
+                )
+                assert response.status_code == 200
+        assert len(engine.received) == 2 * len(extras)
+        hot = await r.client.get(constants.ROUTER_HOT_PREFIXES_PATH)
+        assert hot.status_code == 200 and hot.json()["prefixes"] == []
+        assert (await r.client.get(constants.ROUTER_HYGIENE_PATH)).status_code == 200
+        # A clean request with the same prefix is recorded and served back.
+        clean = {"model": "m", "messages": [{"role": "system", "content": system}]}
+        for _ in range(2):
+            assert (await r.client.post("/v1/chat/completions", json=clean)).status_code == 200
+        (row,) = (await r.client.get(constants.ROUTER_HOT_PREFIXES_PATH)).json()["prefixes"]
+        assert row["body"]["messages"][0]["content"] == system[: row["blocks"] * 128 - 11]
 
 
 async def test_body_limits() -> None:

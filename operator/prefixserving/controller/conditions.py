@@ -3,13 +3,14 @@ changes are transitions worth an Event.
 
 Who sets what (and how they roll up):
 
-- ``Ready`` (status timer, and the reconcile for ``InvalidSpec``): True when at least one
-  engine replica and one router replica serve and the rollout of the current generation is
-  complete; False with ``EngineUnavailable``, ``RouterUnavailable`` or ``InvalidSpec``.
+- ``Ready`` (status timer, and the reconcile for ``InvalidSpec`` and ``RenderFailed``): True
+  when at least one engine replica and one router replica serve and the rollout of the current
+  generation is complete; False with ``EngineUnavailable``, ``RouterUnavailable``,
+  ``InvalidSpec`` or ``RenderFailed``.
 - ``Progressing`` (reconcile sets True/``RollingOut`` on a new generation; status timer sets
   False/``RolloutComplete`` once the Deployments report the new pods available).
-- ``Degraded`` (reconcile): True with ``InvalidSpec``, ``ChildRejected``, ``ScalerMissing`` or
-  ``PolicyNotFound``; False/``Reconciled`` when every child was applied.
+- ``Degraded`` (reconcile): True with ``InvalidSpec``, ``RenderFailed``, ``ChildRejected``,
+  ``ScalerMissing`` or ``PolicyNotFound``; False/``Reconciled`` when every child was applied.
 - ``MetricsAvailable`` (metrics timer): only the ``status.metrics`` block depends on it; a
   Prometheus outage never touches the other conditions.
 

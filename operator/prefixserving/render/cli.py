@@ -8,29 +8,44 @@ from pathlib import Path
 import click
 import yaml
 
-from prefixserving import constants
-from prefixserving.api.cli import load_documents
-from prefixserving.api.types import ScalingPolicy
-from prefixserving.api.validation import SpecError, parse_resource, parse_scaling_policy
+from prefixserving.api.cli import ProblemReport, check_document, load_documents
+from prefixserving.api.documents import source_name
+from prefixserving.api.types import PrefixServing, ScalingPolicy
+from prefixserving.api.validation import SpecError
 from prefixserving.render.children import render_children
 
+NOTHING_RENDERED = "invalid, nothing rendered"
 
-def _policy(path: Path | None, wanted: str | None, docs: list[dict]) -> ScalingPolicy | None:
-    """The ScalingPolicy named ``wanted``, from ``--policy`` or from the resource file itself."""
-    candidates = [d for d in docs if d.get("kind") == constants.POLICY_KIND]
-    if path is not None:
-        candidates += [d for d in load_documents(path) if d.get("kind") == constants.POLICY_KIND]
-    policies = [parse_scaling_policy(d) for d in candidates]
+
+def _checked(path: Path) -> tuple[list[PrefixServing | ScalingPolicy], bool]:
+    """Every document of ``path`` validated; problems go to stderr. Returns the resources and
+    whether all documents were valid."""
+    report = ProblemReport(source_name(path), NOTHING_RENDERED)
+    out: list[PrefixServing | ScalingPolicy] = []
+    for doc in load_documents(path):
+        try:
+            out.append(check_document(doc))
+        except SpecError as error:
+            report.add(doc, error)
+    report.close()
+    return out, report.invalid == 0
+
+
+def _policy(
+    source: str, wanted: str | None, policies: list[ScalingPolicy], from_file: bool
+) -> ScalingPolicy | None:
+    """The ScalingPolicy named ``wanted``; a ``--policy`` file with one policy is taken as it.
+    ``source`` names the resource's file in the error."""
     if wanted is None:
         return None
     for policy in policies:
         if policy.metadata.name == wanted:
             return policy
-    if path is not None and len(policies) == 1:
+    if from_file and len(policies) == 1:
         return policies[0]
     raise click.ClickException(
-        f"spec.autoscaling.policyRef names ScalingPolicy {wanted!r}, which was not given:"
-        f" pass it with --policy FILE"
+        f"{source}: spec.autoscaling.policyRef names ScalingPolicy {wanted!r}, which was not given:"
+        f" pass it with --policy FILE; nothing rendered"
     )
 
 
@@ -52,23 +67,38 @@ def _policy(path: Path | None, wanted: str | None, docs: list[dict]) -> ScalingP
 def render(path: Path, policy_path: Path | None) -> None:
     """Print the objects the operator would create for a PrefixServing (a GitOps preview).
 
+    Prints nothing on stdout, and exits 1, when any document of the files is invalid.
+
     \b
     Examples:
       prefixserving render -f examples/minimal.yaml
       prefixserving render -f my-model.yaml --policy examples/scalingpolicy-latency-first.yaml
     """
-    docs = load_documents(path)
-    resources = [d for d in docs if d.get("kind") != constants.POLICY_KIND]
-    if len(resources) != 1:
-        raise click.ClickException(f"{path}: expected one PrefixServing, found {len(resources)}")
-    try:
-        resource = parse_resource(resources[0])
-        ref = resource.spec.autoscaling.policy_ref
-        policy = _policy(policy_path, ref.name if ref is not None else None, docs)
-        children = render_children(resource, policy.spec if policy is not None else None)
-    except SpecError as error:
-        click.echo(f"{path}: invalid, nothing rendered", err=True)
-        for problem in error.problems:
-            click.echo(f"  {problem}", err=True)
+    source = source_name(path)
+    documents, valid = _checked(path)
+    policies = [d for d in documents if isinstance(d, ScalingPolicy)]
+    if policy_path is not None:
+        extra, extra_valid = _checked(policy_path)
+        valid = valid and extra_valid
+        stray = [d.metadata.name for d in extra if isinstance(d, PrefixServing)]
+        if stray:
+            raise click.ClickException(
+                f"{source_name(policy_path)}: --policy takes ScalingPolicy documents, found"
+                f" PrefixServing {', '.join(stray)}; pass that file with -f"
+            )
+        policies += [d for d in extra if isinstance(d, ScalingPolicy)]
+    if not valid:
         sys.exit(1)
+    resources = [d for d in documents if isinstance(d, PrefixServing)]
+    if len(resources) != 1:
+        names = ", ".join(r.metadata.name for r in resources)
+        raise click.ClickException(
+            f"{source}: expected one PrefixServing, found {len(resources)}"
+            + (f" ({names}): render them one file at a time" if resources else "")
+        )
+    (resource,) = resources
+    ref = resource.spec.autoscaling.policy_ref
+    wanted = ref.name if ref is not None else None
+    policy = _policy(source, wanted, policies, policy_path is not None)
+    children = render_children(resource, policy.spec if policy is not None else None)
     click.echo(yaml.safe_dump_all(children, sort_keys=False, width=1000), nl=False)

@@ -5,8 +5,9 @@ Routes (exact paths, one dict lookup; ``GET`` routes also answer ``HEAD``):
 - ``POST /v1/completions``, ``POST /v1/chat/completions``: read the body (at most
   ``max_body_bytes``, within ``body_timeout_s``), key it (``router.keys``), record it for
   prefix hygiene and hot prefixes, ask the policy for a backend and forward
-  (``router.proxy``). Answers ``400`` for malformed JSON, a missing ``model`` or a bad prompt,
-  ``413`` for a body over the limit, ``408`` for a body too slow to arrive, ``503`` with
+  (``router.proxy``). Answers ``400`` for a body that is not a UTF-8 JSON object, a missing
+  ``model``, a bad prompt or messages (``router.keys``: each names the field), ``413`` for a
+  body over the limit, ``408`` for a body too slow to arrive, ``503`` with
   ``Retry-After`` when no backend is available, all with OpenAI-style error bodies.
 - ``GET /v1/models``: forwarded to a healthy backend (rotating), with the same retry.
 - ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -230,10 +230,7 @@ class Router:
                 return None
             received_at = time.perf_counter()
             try:
-                body = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as error:
-                return self._reject(400, f"request body is not valid JSON: {error}")
-            try:
+                body = keys.parse_body(raw)
                 key = key_function(body, self.key_config)
             except keys.RequestError as error:
                 return self._reject(400, str(error), error.param)

@@ -44,7 +44,12 @@ So a system prompt behind hundreds of requests is chosen before a conversation s
 under another prompt, and is replayed through the deepest shared prefix under it.
 
 Requests with ``cache_salt`` are never recorded: the salt isolates a tenant's cache and
-must not be served to anyone.
+must not be served to anyone. A prefix whose replay body the answer cannot carry
+(:func:`servable`: NaN, a lone surrogate or deep nesting in a message field the key never
+reads; the router forwards such bodies unchanged and the engine judges them) is dropped from
+the table when an answer would list it, so one such request cannot break the endpoint for
+every warm-up, and the next request with that prefix records a body that can be replayed.
+The check runs when answering (warm-ups ask rarely), never on the request path.
 
 **Parameters**: ``capacity`` (1024 prefixes), ``half_life_s`` (300 s), ``min_hits`` (1.5:
 seen at least twice recently; decay makes two hits worth a little under 2).
@@ -57,6 +62,7 @@ prefix holding its block chain and a replay body trimmed to the key's depth (abo
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +74,27 @@ from prefixserving.router.policies.base import RoutingPolicy
 
 DEFAULT_LIMIT = 32
 MAX_LIMIT = 1024
+# Deepest nesting of a replay body in the answer (its JSON encoder recurses once per level).
+MAX_REPLAY_DEPTH = 32
 _RESCALE_EXPONENT = 64.0
+
+
+def servable(body: dict[str, Any]) -> bool:
+    """Whether the answer can carry ``body`` (parsed JSON): objects and lists nested at most
+    ``MAX_REPLAY_DEPTH`` levels (checked without recursion), and strict JSON in UTF-8: no NaN
+    or infinity, no lone surrogate (the JSON answer refuses both). Cost: O(size of body)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_REPLAY_DEPTH:
+            return False
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+    try:
+        json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    except ValueError:  # NaN or infinity; UnicodeEncodeError for a lone surrogate
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -169,11 +195,9 @@ class HotPrefixes:
     ) -> list[_Entry]:
         """Up to ``limit`` wanted shared prefixes, none an ancestor of another (see above).
 
-        Cost: O(n log n) for the n table entries (at most ``capacity``)."""
-        shared = sorted(
-            (e for e in self._entries.values() if (e.count - e.error) * scale >= self.min_hits),
-            key=lambda e: (-(e.count - e.error), e.chain),
-        )
+        Cost: O(n log n) for the n table entries (at most ``capacity``), plus
+        :func:`servable` of each distinct replay body of a shared entry."""
+        shared = sorted(self._servable_shared(scale), key=lambda e: (-(e.count - e.error), e.chain))
         chosen: dict[int, _Entry] = {}  # last block -> entry, in order of choice
         covered: set[int] = set()  # ancestors of chosen prefixes
         for entry in shared:
@@ -187,6 +211,22 @@ class HotPrefixes:
                 chosen.pop(ancestor, None)
             chosen[entry.chain[-1]] = entry
         return list(chosen.values())
+
+    def _servable_shared(self, scale: float) -> list[_Entry]:
+        """The shared entries whose replay body the answer can carry; drops the others."""
+        verdicts: dict[int, bool] = {}  # id of a replay body (shared by one request's prefixes)
+        shared = []
+        for block, entry in list(self._entries.items()):
+            if (entry.count - entry.error) * scale < self.min_hits:
+                continue
+            source = id(entry.source)
+            if source not in verdicts:
+                verdicts[source] = servable(entry.source)
+            if verdicts[source]:
+                shared.append(entry)
+            else:
+                del self._entries[block]  # its heap item goes stale; _pop_smallest skips it
+        return shared
 
     def top(self, limit: int = DEFAULT_LIMIT) -> list[HotPrefix]:
         """The hottest shared prefixes, each replayed through its deepest chosen descendant."""

@@ -8,11 +8,14 @@ the middle converges to the same objects):
    and raises :class:`InvalidSpec`.
 2. Resolve ``spec.autoscaling.policyRef`` to the ScalingPolicy (missing: ``PolicyNotFound``,
    rendered with the spec's values and the defaults until the policy appears).
-3. Render the children (pure, ``render.render_children``) and check the optional API each
-   kind requires (``Kind.requires`` in ``prefixserving.kinds``): a child whose own API is not
-   served is dropped (KEDA's ScaledObject without KEDA, ServiceMonitor/PrometheusRule without
-   prometheus-operator); a missing dependency (the custom metrics API of the HPA backend) is
-   noted. KEDA and the custom metrics API missing are ``ScalerMissing``.
+3. Render the children (pure, ``render.render_children``). Should the renderer raise (a bug
+   that a spec triggers, not an invalid spec), the conditions say ``RenderFailed`` with the
+   error, nothing is applied, and :class:`RenderFailed` is raised: the failure stays on this
+   resource. Then check the optional API each kind requires (``Kind.requires`` in
+   ``prefixserving.kinds``): a child whose own API is not served is dropped (KEDA's
+   ScaledObject without KEDA, ServiceMonitor/PrometheusRule without prometheus-operator); a
+   missing dependency (the custom metrics API of the HPA backend) is noted. KEDA and the
+   custom metrics API missing are ``ScalerMissing``.
 4. Server-side apply each child with the operator's field manager and ``force``. The operator
    owns exactly the fields it renders, so ``replicas`` left out under autoscaling, HPA/KEDA
    status and annotations that Argo CD or Flux add stay with their owners. A refused child is
@@ -58,6 +61,10 @@ class InvalidSpec(Exception):
 
 class ChildrenRefused(Exception):
     """The API server refused some children; the status already names them."""
+
+
+class RenderFailed(Exception):
+    """Rendering the children raised: an operator bug that a spec triggers, not an invalid spec."""
 
 
 @dataclass
@@ -122,8 +129,15 @@ def desired_children(kube: Kube, resource: PrefixServing, outcome: Outcome) -> l
     """Rendered children whose API is served; notes missing scalers in ``outcome``."""
     policy, outcome.policy_missing = resolve_policy(kube, resource)
     policy_spec = policy.spec if policy is not None else None
+    try:
+        children = render_children(resource, policy_spec)
+    except Exception as error:  # any bug here must stay on this one resource
+        raise RenderFailed(
+            f"rendering the children failed ({type(error).__name__}: {str(error)[:500]});"
+            " nothing was applied. This is an operator bug: report it with this resource's YAML"
+        ) from error
     served: list[dict[str, Any]] = []
-    for child in render_children(resource, policy_spec):
+    for child in children:
         kind = kind_of(child)
         api = kind.requires
         if api is not None and not kube.served(api.api_version, api.plural):
@@ -202,31 +216,53 @@ def write_status(
     return transitions
 
 
-def reject_invalid(kube: Kube, body: Mapping[str, Any], error: SpecError) -> None:
-    message = "; ".join(str(problem) for problem in error.problems)
-    reason = constants.REASON_INVALID_SPEC
+def halt(
+    kube: Kube,
+    body: Mapping[str, Any],
+    reason: str,
+    message: str,
+    next_step: str,
+    extra: Mapping[str, Any],
+) -> None:
+    """Ready=False and Degraded=True with ``reason`` and ``message``; Progressing=False says
+    ``next_step``."""
     write_status(
         kube,
         body,
         [
             cond.Condition(constants.COND_READY, False, reason, message),
             cond.Condition(constants.COND_DEGRADED, True, reason, message),
-            cond.Condition(constants.COND_PROGRESSING, False, reason, "fix the spec to continue"),
+            cond.Condition(constants.COND_PROGRESSING, False, reason, next_step),
         ],
-        {"observedGeneration": body["metadata"].get("generation")},
+        extra,
     )
 
 
+def reject_invalid(kube: Kube, body: Mapping[str, Any], error: SpecError) -> None:
+    message = "; ".join(str(problem) for problem in error.problems)
+    extra = {"observedGeneration": body["metadata"].get("generation")}
+    halt(kube, body, constants.REASON_INVALID_SPEC, message, "fix the spec to continue", extra)
+
+
 def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
-    """Steps 1-6 of the module docstring. Raises :class:`InvalidSpec` for a bad spec and
-    :class:`ChildrenRefused` when the server refused a child (both after writing status)."""
+    """Steps 1-6 of the module docstring.
+
+    Raises :class:`InvalidSpec` for a bad spec, :class:`RenderFailed` when the renderer raised
+    and :class:`ChildrenRefused` when the server refused a child (all after writing status).
+    A render failure leaves ``observedGeneration`` as it was (this generation is not applied),
+    so the status timer goes on judging the children already running."""
     try:
         resource = validate(body)
     except SpecError as error:
         reject_invalid(kube, body, error)
         raise InvalidSpec(str(error)) from error
     outcome = Outcome()
-    children = desired_children(kube, resource, outcome)
+    try:
+        children = desired_children(kube, resource, outcome)
+    except RenderFailed as error:
+        next_step = "nothing applied; the resync retries it"
+        halt(kube, body, constants.REASON_RENDER_FAILED, str(error), next_step, {})
+        raise
     apply_children(kube, children, outcome)
     prune(kube, resource, children, outcome)
 
@@ -274,12 +310,12 @@ def repair(kube: Kube, event_type: str, child: Mapping[str, Any]) -> list[str]:
     uid = owner["metadata"]["uid"]
     if not any(o.get("uid") == uid for o in meta.get("ownerReferences") or []):
         return []
+    outcome = Outcome()
     try:
         resource = validate(owner)
-    except SpecError:
-        return []
-    outcome = Outcome()
-    children = desired_children(kube, resource, outcome)
+        children = desired_children(kube, resource, outcome)
+    except (SpecError, RenderFailed):
+        return []  # the owner's own reconcile reports it on the owner's status
     key = (child["apiVersion"], child["kind"], meta["name"])
     desired = next(
         (c for c in children if (c["apiVersion"], c["kind"], c["metadata"]["name"]) == key), None
@@ -310,7 +346,7 @@ def propagate_policy(kube: Kube, namespace: str, referencing: Iterable[str]) -> 
             continue
         try:
             reconcile(kube, body)
-        except (InvalidSpec, ChildrenRefused) as exc:
+        except (InvalidSpec, RenderFailed, ChildrenRefused) as exc:
             logger.warning("policy change: %s/%s not fully reconciled: %s", namespace, name, exc)
         done.append(name)
     return done
@@ -338,6 +374,8 @@ def on_change(kube: Kube, body: Mapping[str, Any]) -> None:
         reconcile(kube, body)
     except InvalidSpec as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from exc
+    except RenderFailed as exc:  # retried by the resync timer and on the next spec change
+        raise kopf.PermanentError(str(exc)) from exc
     except ChildrenRefused as exc:
         raise kopf.TemporaryError(f"children refused: {exc}", delay=REFUSED_RETRY_S) from exc
 
@@ -353,5 +391,5 @@ def resync(kube: Kube, body: Mapping[str, Any]) -> None:
         return
     try:
         reconcile(kube, body)
-    except (InvalidSpec, ChildrenRefused) as exc:
+    except (InvalidSpec, RenderFailed, ChildrenRefused) as exc:
         logger.info("resync of %s: %s", body["metadata"]["name"], exc)

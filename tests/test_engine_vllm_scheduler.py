@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from vllm.config import SchedulerConfig
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
@@ -14,6 +15,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
+from prefixserving import constants
 from prefixserving.engine.replay.engine import EngineShape, build_scheduler, fast_block_hash
 from prefixserving.engine.vllm import PeekAsyncScheduler, PeekRequestQueue, PeekScheduler
 from prefixserving.peek.lanes import SOLO_LANE
@@ -92,6 +94,27 @@ class Drive:
                 ),
             )
         raise AssertionError("requests did not finish")
+
+
+@pytest.mark.parametrize(("async_scheduling", "base"), [(True, AsyncScheduler), (False, Scheduler)])
+def test_the_rendered_scheduler_cls_runs_on_the_base_vllm_would_use(
+    async_scheduling: bool, base: type[Scheduler]
+) -> None:
+    """The operator renders one --scheduler-cls; vLLM loads it by name and constructs it with
+    the engine's resolved config. On a GPU (async scheduling on) it must be an AsyncScheduler,
+    or vLLM loses async scheduling; on the CPU platform (off) a plain Scheduler."""
+    cls = SchedulerConfig.default_factory(
+        scheduler_cls=constants.PEEK_SCHEDULER_CLS
+    ).get_scheduler_cls()
+    assert cls is PeekScheduler
+    shape = EngineShape(num_blocks=64, block_size=BLOCK, async_scheduling=async_scheduling)
+    scheduler = build_scheduler(cls, shape)
+    assert isinstance(scheduler, PeekScheduler) and isinstance(scheduler, base)
+    assert isinstance(scheduler, AsyncScheduler) is async_scheduling
+    assert scheduler.base == base.__name__
+    # Forcing the async base by name keeps working.
+    forced = build_scheduler(PeekAsyncScheduler, EngineShape(num_blocks=64, block_size=BLOCK))
+    assert isinstance(forced, AsyncScheduler) and forced.base == "AsyncScheduler"
 
 
 @pytest.mark.parametrize(

@@ -231,6 +231,15 @@ class EngineSpec(ApiModel):
         default=defaults.BLOCK_SIZE,
         description="Tokens per KV cache block (--block-size); the prefix cache's granularity.",
     )
+    async_scheduling: bool | None = Field(
+        default=None,
+        description=(
+            "vLLM async scheduling (--async-scheduling / --no-async-scheduling). Unset: vLLM "
+            "decides (on for GPUs unless the configuration rules it out). PEEK runs on vLLM's "
+            "AsyncScheduler whenever the engine schedules asynchronously, on Scheduler otherwise; "
+            "status.metrics.schedulerBase says which."
+        ),
+    )
     resources: EngineResources = Field(
         default_factory=EngineResources, description="CPU and memory of the engine container."
     )

@@ -47,6 +47,8 @@ OWNED_FLAGS: tuple[str, ...] = (
     "enable-prefix-caching",
     "no-enable-prefix-caching",
     "scheduler-cls",
+    "async-scheduling",
+    "no-async-scheduling",
     "enable-lora",
     "lora-modules",
     "max-loras",

@@ -131,12 +131,34 @@ def _served_name(name: str | list[str] | None) -> str:
     return name or ""
 
 
-class PeekSchedulerMixin(Scheduler):
-    """PEEK on top of vLLM's ``Scheduler`` or ``AsyncScheduler``; same constructor.
+def schedules_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the engine that builds a scheduler with these arguments schedules
+    asynchronously: ``vllm_config.scheduler_config.async_scheduling`` after vLLM resolved it
+    (its default, None, becomes True on GPUs unless the configuration rules it out)."""
+    vllm_config = kwargs.get("vllm_config", args[0] if args else None)
+    return bool(getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", False))
+
+
+class PeekScheduler(Scheduler):
+    """``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``: PEEK on the scheduler base
+    vLLM would use itself.
+
+    vLLM instantiates a custom ``--scheduler-cls`` as given, and a class that is not an
+    ``AsyncScheduler`` silently runs an engine that schedules asynchronously (vLLM's default
+    on GPUs) without output placeholders, one step at a time. So construction picks the base
+    from the engine's resolved configuration: with ``async_scheduling`` on it builds a
+    :class:`PeekAsyncScheduler` (a subclass of this class and of vLLM's ``AsyncScheduler``),
+    otherwise this class on vLLM's ``Scheduler``. One value of ``--scheduler-cls`` is right
+    for both; :attr:`base` says which one runs (logged, and exported as a metric).
 
     ``clock`` (seconds, monotonic) times sibling holds; a replay harness with a simulated clock
     passes its own through :meth:`use_clock`.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> PeekScheduler:
+        if cls is PeekScheduler and schedules_async(args, kwargs):
+            cls = PeekAsyncScheduler
+        return super().__new__(cls)
 
     waiting: PeekRequestQueue  # type: ignore[assignment]
 
@@ -174,7 +196,12 @@ class PeekSchedulerMixin(Scheduler):
             engine=str(self.parallel_config.data_parallel_index),
             model_name=_served_name(self.vllm_config.model_config.served_model_name),
         )
-        logger.info("PEEK scheduler enabled: %s", self.peek_settings)
+        logger.info("PEEK scheduler enabled on vLLM's %s: %s", self.base, self.peek_settings)
+
+    @property
+    def base(self) -> str:
+        """The vLLM scheduler this engine runs PEEK on: ``AsyncScheduler`` or ``Scheduler``."""
+        return "AsyncScheduler" if isinstance(self, AsyncScheduler) else "Scheduler"
 
     def use_clock(self, clock: Callable[[], float]) -> None:
         """Time sibling holds with ``clock`` (seconds) instead of ``time.monotonic``."""
@@ -235,12 +262,7 @@ class PeekSchedulerMixin(Scheduler):
         )
 
 
-class PeekScheduler(PeekSchedulerMixin, Scheduler):
-    """``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``: PEEK on vLLM's scheduler
-    (synchronous scheduling, as on the CPU platform)."""
-
-
-class PeekAsyncScheduler(PeekSchedulerMixin, AsyncScheduler):
-    """``--scheduler-cls prefixserving.engine.vllm.PeekAsyncScheduler``: PEEK on vLLM's
-    ``AsyncScheduler``, for GPU engines that run with ``--async-scheduling`` (a plain
-    ``Scheduler`` subclass makes vLLM warn that async scheduling is lost)."""
+class PeekAsyncScheduler(PeekScheduler, AsyncScheduler):
+    """PEEK on vLLM's ``AsyncScheduler``. :class:`PeekScheduler` builds this class by itself
+    when the engine schedules asynchronously; naming it in ``--scheduler-cls`` forces the
+    async base (vLLM's own tests construct it directly)."""

@@ -72,7 +72,11 @@ def engine_args(spec: PrefixServingSpec, volumes: _Volumes) -> list[str]:
     ]
     if model.max_model_len is not None:
         args += ["--max-model-len", str(model.max_model_len)]
+    if engine.async_scheduling is not None:
+        args.append("--async-scheduling" if engine.async_scheduling else "--no-async-scheduling")
     if spec.scheduler.policy == "peek":
+        # One class for both bases: it runs on AsyncScheduler when the engine schedules
+        # asynchronously (engine/vllm.py), so no rendering rule can pick the wrong one.
         args += ["--scheduler-cls", constants.PEEK_SCHEDULER_CLS]
     if model.adapters:
         modules = [

@@ -48,6 +48,7 @@ class EngineShape:
     max_num_batched_tokens: int = 8192
     long_prefill_token_threshold: int = 0
     max_model_len: int = 262144
+    async_scheduling: bool = False
 
 
 def build_scheduler(cls: type[Scheduler], shape: EngineShape) -> Scheduler:
@@ -66,6 +67,7 @@ def build_scheduler(cls: type[Scheduler], shape: EngineShape) -> Scheduler:
         ],
     )
     vllm_config.cache_config.num_gpu_blocks = shape.num_blocks
+    vllm_config.scheduler_config.async_scheduling = shape.async_scheduling
     init_none_hash(fast_block_hash)
     return cls(
         vllm_config=vllm_config,

@@ -20,9 +20,16 @@ BASELINE = "fcfs"
 POLICIES: dict[str, str] = {
     "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",
     "peek": constants.PEEK_SCHEDULER_CLS.replace(".PeekScheduler", ":PeekScheduler"),
-    "sglang_lpm": "prefixserving.engine.replay.baselines.sglang_lpm:SglangLpmScheduler",
+    "lpm_uncapped": "prefixserving.engine.replay.baselines.sglang:UncappedLpmScheduler",
+    "sglang_lpm": "prefixserving.engine.replay.baselines.sglang:SglangLpmScheduler",
+    "sglang_hrrn": "prefixserving.engine.replay.baselines.sglang:SglangHrrnScheduler",
+    "sglang_spf": "prefixserving.engine.replay.baselines.sglang:SglangSpfScheduler",
+    "k_lpm": "prefixserving.engine.replay.baselines.klpm:KLpmScheduler",
     "trtllm_defer": "prefixserving.engine.replay.baselines.trtllm_defer:TrtllmDeferScheduler",
     "queue_lru": "prefixserving.engine.replay.baselines.queue_lru:QueueInformedLruScheduler",
+    "admission_window": (
+        "prefixserving.engine.replay.baselines.admission_window:AdmissionWindowScheduler"
+    ),
 }
 
 

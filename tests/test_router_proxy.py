@@ -11,11 +11,11 @@ import uvicorn
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.fake_engine import serving
+from prefixserving.testing import wait_for_async
 from router_support import (
     FAST_POOL,
     FirstPolicy,
     completion,
-    eventually,
     fake_engines,
     metric_value,
     running_router,
@@ -66,7 +66,7 @@ async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> Non
         ) as response:
             async for _ in response.aiter_raw():
                 break  # read one chunk, then hang up
-        await eventually(lambda: engine.aborted == 1)
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
         assert engine.completed_streams == 0
         text = (await r.client.get("/metrics")).text
         assert (
@@ -82,8 +82,10 @@ async def test_client_disconnect_before_the_answer_reaches_the_engine() -> None:
     async with fake_engines(1, first_delay_s=0.5) as [(engine, url)], running_router([url]) as r:
         with pytest.raises(httpx.ReadTimeout):
             await r.client.post("/v1/completions", json=completion("slow"), timeout=0.15)
-        await eventually(lambda: engine.aborted == 1)
-        await eventually(lambda: r.router.pool.state(url).in_flight == 0)
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
+        await wait_for_async(
+            lambda: r.router.pool.state(url).in_flight == 0, what="no request in flight"
+        )
 
 
 async def test_5xx_before_first_byte_is_retried_once_on_the_next_backend() -> None:
@@ -162,7 +164,9 @@ async def test_no_answer_within_the_read_timeout_is_retried_on_the_next_backend(
         assert response.status_code == 200 and response.json()["backend"] == second.name
         text = (await r.client.get("/metrics")).text
         assert metric_value(text, "prefixserving_router_retries_total", reason="read_error") == 1
-        await eventually(lambda: first.aborted == 1)  # the silent engine saw the hang-up
+        await wait_for_async(
+            lambda: first.aborted == 1, what="the silent engine to see the hang-up"
+        )
 
 
 async def test_a_stream_that_falls_silent_is_cut_after_the_read_timeout() -> None:
@@ -187,7 +191,7 @@ async def test_a_stream_that_falls_silent_is_cut_after_the_read_timeout() -> Non
                 async for _ in response.aiter_raw():
                     pass
         assert time.monotonic() - started < 2.0
-        await eventually(lambda: engine.aborted == 1)
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
         assert r.router.pool.state(url).in_flight == 0
 
 
@@ -204,6 +208,8 @@ async def test_disconnect_propagates_under_a_server_without_the_disconnect_hook(
             ) as response:
                 async for _ in response.aiter_raw():
                     break  # read one chunk, then hang up
-            await eventually(lambda: engine.aborted == 1)
-            await eventually(lambda: router.pool.state(url).in_flight == 0)
+            await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
+            await wait_for_async(
+                lambda: router.pool.state(url).in_flight == 0, what="no request in flight"
+            )
             assert engine.completed_streams == 0

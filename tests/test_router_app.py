@@ -62,7 +62,7 @@ async def test_body_limits() -> None:
 
         async def slow() -> AsyncIterator[bytes]:
             yield b'{"model": "m", '
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # a client stalled past body_timeout_s: the condition tested
             yield b'"prompt": "x"}'
 
         assert_openai_error(await r.client.post("/v1/completions", content=slow()), 408)
@@ -86,7 +86,7 @@ async def test_header_timeout_closes_a_slow_client() -> None:
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
             await reader.readexactly(len(b'{"status":"ok"}'))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # idle longer than the header deadline: the condition tested
         # ...but the next request on it must complete its headers in time.
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         await writer.drain()

@@ -20,6 +20,7 @@ from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config
 from prefixserving.testing import wait_for
+from support.processes import wait_for_answer
 
 FLAGS = (
     "--host", "--port", "--backend", "--dns", "--policy", "--load-bound", "--prefix-blocks",
@@ -69,22 +70,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_status(process: subprocess.Popen[bytes], url: str, status: int) -> httpx.Response:
-    """Poll GET ``url`` until it answers ``status``; fails with the output if ``process`` exits."""
-
-    def answered() -> httpx.Response | None:
-        if process.poll() is not None:
-            output = process.stdout.read().decode() if process.stdout else ""
-            raise AssertionError(f"the router exited with {process.returncode}:\n{output}")
-        with contextlib.suppress(httpx.TransportError):
-            answer = httpx.get(url, timeout=5)
-            if answer.status_code == status:
-                return answer
-        return None
-
-    return wait_for(answered, what=f"{status} from {url}")
-
-
 @pytest.mark.slow
 def test_router_process_serves_health_and_readiness() -> None:
     port = _free_port()
@@ -110,10 +95,10 @@ def test_router_process_serves_health_and_readiness() -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_status(process, f"{base}/healthz", 200)
+        wait_for_answer(process, f"{base}/healthz", 200)
         # The only backend refuses connections: the scrape loop ejects it, and only then is
         # the router not ready (no healthy backend).
-        ready = _wait_status(process, f"{base}/readyz", 503)
+        ready = wait_for_answer(process, f"{base}/readyz", 503)
         assert ready.json() == {"healthy_backends": 0, "backends": 1}
     finally:
         process.terminate()
@@ -169,7 +154,7 @@ def test_workers_share_the_port_and_stop_together() -> None:
         command += ["--port", str(port), "--backend", url, "--workers", "2"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            _wait_status(process, f"http://127.0.0.1:{port}/readyz", 200)
+            wait_for_answer(process, f"http://127.0.0.1:{port}/readyz", 200)
             workers = _worker_pids(process.pid)
             assert len(workers) == 2
             for i in range(12):  # a new connection each: the kernel spreads them over workers

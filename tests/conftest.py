@@ -28,6 +28,13 @@ TOOLS_BIN = ROOT / ".tools" / "bin"
 SHARED_ENGINE_MAX_NUM_SEQS = 8
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from support.slow_marker import SlowMarkerGuard
+
+    guard = SlowMarkerGuard((ROOT / "operator", ROOT / "tests", ROOT / "bench"))
+    config.pluginmanager.register(guard, "slow-marker-guard")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

@@ -27,6 +27,7 @@ def test_every_image_has_a_dockerfile() -> None:
     assert {p.parent.name for p in DOCKERFILES} == {"engine", "router", "operator"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_hadolint_passes(dockerfile: Path) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"

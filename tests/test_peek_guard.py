@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.block_pool import BlockPool
@@ -17,6 +18,8 @@ from vllm.v1.request import Request
 
 from prefixserving.engine.vllm import VllmBlockPoolPort
 from prefixserving.peek.guard import Guard
+
+pytestmark = pytest.mark.slow  # imports vLLM
 
 BLOCK_SIZE = 16
 

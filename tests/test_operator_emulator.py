@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, Kube, KubeError, load_api_client
+from prefixserving.testing import wait_for
 from support.kube_emulator import EmulatorThread, resources
 
 CONFIGMAP = KINDS[("v1", "ConfigMap")]
@@ -224,7 +225,12 @@ def test_gate_holds_a_request_until_opened(kube: Kube, emulator: EmulatorThread)
     done = threading.Event()
     thread = threading.Thread(target=lambda: (kube.apply(deployment("gated", "emu")), done.set()))
     thread.start()
-    assert not done.wait(0.5)
+    wait_for(
+        lambda: any(r.name == "gated" for r in emulator.call(lambda: list(emulator.server))),
+        what="the gated request at the emulator",
+    )
+    kube.apply(deployment("after-gated", "emu"))  # a later request is answered meanwhile
+    assert not done.is_set()
     release()
     assert done.wait(10)
     thread.join()

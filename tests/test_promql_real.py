@@ -426,8 +426,10 @@ def scraping(real_engines: Sequence[Engine]) -> Iterator[Setup]:
             yield Setup(prom, engines, tap)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def scraped(real_engines: list[Engine]) -> Iterator[Setup]:
+    """A Prometheus of the test's own: its history holds no other test's traffic (the 5m
+    hit-rate window starts with it)."""
     with scraping(real_engines) as setup:
         yield setup
 
@@ -439,7 +441,8 @@ def scraped(real_engines: list[Engine]) -> Iterator[Setup]:
 def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     prom, engines = scraped.prom, scraped.engines
     under_test = checks()
-    # Samples before the load: the hit-rate window starts at the counters of `before`.
+    # Samples before the load: the 5m hit-rate window (all of this Prometheus's history: the
+    # test takes about a minute) starts at the counters of `before`.
     wait_for_scrapes(prom, 2, time.time() - 300, "two idle scrapes of each pod")
     before = counters(engines)
     with queue_held(list(engines.values())):

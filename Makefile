@@ -6,7 +6,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 REGISTRY ?= ghcr.io/prefixserving
 
-.PHONY: setup demo test lint crds docs images
+.PHONY: setup demo test test-fast lint crds docs images
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,10 @@ test: setup lint
 	# The operator scenarios on a real cluster: they skip, saying why, when none is reachable.
 	$(BIN)/pytest -p no:cacheprovider -q -ra e2e
 	$(BIN)/pytest -p no:cacheprovider -q -ra tests
+
+## The tests that start no process and import no vLLM (no engines, Prometheus, helm...).
+test-fast: setup
+	$(BIN)/pytest -p no:cacheprovider -q -ra -m "not slow" tests
 
 lint:
 	$(BIN)/ruff check operator tests bench e2e

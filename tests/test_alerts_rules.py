@@ -22,6 +22,8 @@ from alerts_support import (
 from prefixserving.autoscaling import promql
 from prefixserving.render import render_children
 
+pytestmark = pytest.mark.slow  # runs promtool
+
 POD_A, POD_B = ENGINE_PODS
 RESOURCE_LABELS = {"namespace": NAMESPACE, promql.RESOURCE_LABEL: "demo"}
 WARNING = {**RESOURCE_LABELS, "severity": "warning"}

@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
@@ -102,6 +103,7 @@ def test_layout_and_resource_variables() -> None:
     assert wanted <= titles
 
 
+@pytest.mark.slow
 def test_chart_configmap_carries_the_dashboard(tmp_path: Path) -> None:
     args = [
         "--set",

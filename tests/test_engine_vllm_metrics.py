@@ -17,6 +17,8 @@ from prefixserving.engine.replay.engine import EngineShape, build_scheduler
 from prefixserving.engine.vllm import PeekScheduler
 from prefixserving.peek.metrics import ENV_METRICS_FILE, SnapshotCollector
 
+pytestmark = pytest.mark.slow  # imports vLLM
+
 
 def samples(families: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}

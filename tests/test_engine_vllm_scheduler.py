@@ -20,6 +20,8 @@ from prefixserving.engine.replay.engine import EngineShape, build_scheduler, fas
 from prefixserving.engine.vllm import PeekAsyncScheduler, PeekRequestQueue, PeekScheduler
 from prefixserving.peek.lanes import SOLO_LANE
 
+pytestmark = pytest.mark.slow  # imports vLLM
+
 BLOCK = 128
 SHARED_TOKENS = 3072
 

@@ -76,6 +76,7 @@ def test_every_image_has_a_dockerfile() -> None:
     assert {p.parent.name for p in DOCKERFILES} == {"engine", "router", "operator"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_hadolint_passes(path: Path) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, Kube, KubeError, load_api_client
+from prefixserving.testing import wait_for
 from support.kube_emulator import EmulatorThread, resources
 
 CONFIGMAP = KINDS[("v1", "ConfigMap")]
@@ -123,13 +124,16 @@ def test_json_patch_failed_test_is_422(kube: Kube) -> None:
 
 
 def test_merge_patch_with_stale_resource_version_conflicts(kube: Kube) -> None:
-    kube.apply(deployment("stale", "emu"))
+    # The version read before a later write (not a fixed "1": the emulator's first object,
+    # when this test runs first, has that version and it is current).
+    stale = kube.apply(deployment("stale", "emu"))["metadata"]["resourceVersion"]
+    kube.apply(deployment("stale", "emu", minReadySeconds=5))
     with pytest.raises(KubeError) as error:
         kube.merge_patch(
             DEPLOYMENT,
             "emu",
             "stale",
-            {"metadata": {"resourceVersion": "1"}, "spec": {"paused": True}},
+            {"metadata": {"resourceVersion": stale}, "spec": {"paused": True}},
         )
     assert error.value.status == 409
 
@@ -198,16 +202,22 @@ def test_admission_rule_refuses_with_its_message(kube: Kube, emulator: EmulatorT
         return None
 
     emulator.call(emulator.server.store.admission.append, no_privileged)
-    with pytest.raises(KubeError) as error:
-        kube.apply(deployment("refused", "emu"))
+    try:
+        with pytest.raises(KubeError) as error:
+            kube.apply(deployment("refused", "emu"))
+    finally:
+        emulator.call(emulator.server.store.admission.remove, no_privileged)
     assert error.value.status == 403 and "exceeded quota" in error.value.message
-    emulator.call(emulator.server.store.admission.remove, no_privileged)
 
 
-def test_installing_an_api_later_is_discovered(kube: Kube, emulator: EmulatorThread) -> None:
-    assert not kube.served("keda.sh/v1alpha1", "scaledobjects")
-    emulator.install(resources.KEDA[0])
-    assert kube.served("keda.sh/v1alpha1", "scaledobjects")
+def test_installing_an_api_later_is_discovered(tmp_path: Path) -> None:
+    # An emulator of its own: the module's one must keep serving no KEDA to the other tests.
+    with EmulatorThread() as emulator, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECONFIG", str(emulator.write_kubeconfig(tmp_path)))
+        kube = Kube(load_api_client(), field_manager="operator")
+        assert not kube.served("keda.sh/v1alpha1", "scaledobjects")
+        emulator.install(resources.KEDA[0])
+        assert kube.served("keda.sh/v1alpha1", "scaledobjects")
 
 
 def test_gate_holds_a_request_until_opened(kube: Kube, emulator: EmulatorThread) -> None:
@@ -215,7 +225,12 @@ def test_gate_holds_a_request_until_opened(kube: Kube, emulator: EmulatorThread)
     done = threading.Event()
     thread = threading.Thread(target=lambda: (kube.apply(deployment("gated", "emu")), done.set()))
     thread.start()
-    assert not done.wait(0.5)
+    wait_for(
+        lambda: any(r.name == "gated" for r in emulator.call(lambda: list(emulator.server))),
+        what="the gated request at the emulator",
+    )
+    kube.apply(deployment("after-gated", "emu"))  # a later request is answered meanwhile
+    assert not done.is_set()
     release()
     assert done.wait(10)
     thread.join()

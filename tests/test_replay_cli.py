@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from prefixserving.cli import main
+
+pytestmark = pytest.mark.slow  # imports vLLM (the replay runs vLLM's scheduler)
 
 
 def write_trace(path: Path) -> Path:

@@ -18,6 +18,8 @@ from prefixserving.engine.replay.workloads import (
     Workload,
 )
 
+pytestmark = pytest.mark.slow  # imports vLLM
+
 COST = CostModel(base_s=0.01, prefill_token_s=4e-5, decode_seq_s=5e-4, context_token_s=2e-8)
 BLOCK = 16
 

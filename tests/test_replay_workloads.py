@@ -11,6 +11,8 @@ from prefixserving.engine.replay import suite, workloads
 from prefixserving.engine.replay.cost import CostModel
 from prefixserving.engine.replay.engine import EngineShape
 
+pytestmark = pytest.mark.slow  # imports vLLM
+
 COST = CostModel(base_s=0.01, prefill_token_s=4e-5, decode_seq_s=5e-4, context_token_s=2e-8)
 BASE = EngineShape(num_blocks=0, block_size=16)
 

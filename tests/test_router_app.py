@@ -11,7 +11,8 @@ import pytest
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
 from prefixserving.router.metrics import LatencyHistogram
-from router_support import completion, eventually, fake_engines, metric_value, running_router
+from prefixserving.testing import wait_for_async
+from router_support import completion, fake_engines, metric_value, running_router
 
 
 def assert_openai_error(response, status: int, param: str | None = None) -> dict:
@@ -119,7 +120,7 @@ async def test_body_limits() -> None:
 
         async def slow() -> AsyncIterator[bytes]:
             yield b'{"model": "m", '
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # a client stalled past body_timeout_s: the condition tested
             yield b'"prompt": "x"}'
 
         assert_openai_error(await r.client.post("/v1/completions", content=slow()), 408)
@@ -143,7 +144,7 @@ async def test_header_timeout_closes_a_slow_client() -> None:
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
             await reader.readexactly(len(b'{"status":"ok"}'))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # idle longer than the header deadline: the condition tested
         # ...but the next request on it must complete its headers in time.
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         await writer.drain()
@@ -177,7 +178,10 @@ async def test_metrics_count_requests_decisions_and_latency() -> None:
         engines_by_url[first_url].waiting = 7
         engines_by_url[first_url].kv_usage = 0.5
         state = r.router.pool.state(first_url)
-        await eventually(lambda: state is not None and state.waiting == 7 and state.kv_usage == 0.5)
+        await wait_for_async(
+            lambda: state is not None and state.waiting == 7 and state.kv_usage == 0.5,
+            what="the scraped load of the first engine",
+        )
         text = (await r.client.get("/metrics")).text
         m = "prefixserving_router_"
         assert metric_value(text, m + "requests_total", backend=first_url, outcome="ok") == 3

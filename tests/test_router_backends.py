@@ -12,7 +12,8 @@ from prefixserving.router.backends import (
     system_resolver,
 )
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
-from router_support import completion, eventually, fake_engines, metric_value, running_router
+from prefixserving.testing import wait_for_async
+from router_support import completion, fake_engines, metric_value, running_router
 
 
 def test_parse_load_reads_only_the_three_vllm_series() -> None:
@@ -80,14 +81,19 @@ async def test_failing_engine_is_ejected_then_probed_back_in() -> None:
                 assert response.json()["backend"] == well.name
             assert len(sick.received) == received
             state = r.router.pool.state(sick_url)
-            await eventually(lambda: state is not None and state.ejections >= 2)  # a failed probe
+            await wait_for_async(
+                lambda: state is not None and state.ejections >= 2,
+                what="two ejections (a failed probe)",
+            )
             assert sick_url not in r.router.pool.healthy()
             text = (await r.client.get("/metrics")).text
             assert metric_value(text, "prefixserving_router_ejections_total", backend=sick_url) >= 2
             assert metric_value(text, "prefixserving_router_backend_healthy", backend=sick_url) == 0
             sick.healthy = True
             sick.fail_next = 0
-            await eventually(lambda: sick_url in r.router.pool.healthy())
+            await wait_for_async(
+                lambda: sick_url in r.router.pool.healthy(), what="the sick engine back in the pool"
+            )
             response = await r.client.post("/v1/completions", json=completion("back"))
             assert response.json()["backend"] == sick.name
 
@@ -117,15 +123,21 @@ async def test_dns_discovery_follows_the_records() -> None:
                     "backend"
                 ] == "pod-a"
                 records["engines.test"] = ["127.0.0.3", "127.0.0.2"]
-                await eventually(lambda: r.router.pool.healthy() == (url_a, url_b))
+                await wait_for_async(
+                    lambda: r.router.pool.healthy() == (url_a, url_b), what="both engines healthy"
+                )
                 records["engines.test"] = ["boom"]  # resolver trouble: keep the last list
                 asked_before = len(asked)
-                await eventually(lambda: len(asked) >= asked_before + 3)
+                await wait_for_async(
+                    lambda: len(asked) >= asked_before + 3, what="three more DNS lookups"
+                )
                 assert r.router.pool.healthy() == (url_a, url_b)
                 records["engines.test"] = ["127.0.0.3"]  # pod-a is no longer Ready
-                await eventually(lambda: r.router.pool.healthy() == (url_b,))
+                await wait_for_async(
+                    lambda: r.router.pool.healthy() == (url_b,), what="only engine b in the pool"
+                )
                 del records["engines.test"]  # no Ready pod at all
-                await eventually(lambda: r.router.pool.healthy() == ())
+                await wait_for_async(lambda: r.router.pool.healthy() == (), what="an empty pool")
                 assert (await r.client.get("/readyz")).status_code == 503
             assert asked[0] == ("engines.test", port)
 

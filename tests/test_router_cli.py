@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from click.testing import CliRunner
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config
+from prefixserving.testing import wait_for
+from support.processes import wait_for_answer
 
 FLAGS = (
     "--host", "--port", "--backend", "--dns", "--policy", "--load-bound", "--prefix-blocks",
@@ -69,8 +70,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_router_process_serves_health_and_readiness() -> None:
     port = _free_port()
+    base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -92,19 +95,11 @@ def test_router_process_serves_health_and_readiness() -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.stdout.read() if process.stdout else ""
-                time.sleep(0.1)
-        assert health.status_code == 200
-        # The only backend refuses connections: the scrape loop ejects it within ~0.3 s.
-        time.sleep(1.0)
-        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
-        assert ready.status_code == 503 and ready.json()["backends"] == 1
+        wait_for_answer(process, f"{base}/healthz", 200)
+        # The only backend refuses connections: the scrape loop ejects it, and only then is
+        # the router not ready (no healthy backend).
+        ready = wait_for_answer(process, f"{base}/readyz", 503)
+        assert ready.json() == {"healthy_backends": 0, "backends": 1}
     finally:
         process.terminate()
         output = process.communicate(timeout=10)[0].decode()
@@ -124,9 +119,12 @@ def _engine_in_thread(engine: FakeEngine) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        while not server.started:
+
+        def started() -> bool:
             assert thread.is_alive(), "the fake engine did not start"
-            time.sleep(0.02)
+            return server.started
+
+        wait_for(started, what="the fake engine")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
@@ -147,6 +145,7 @@ def _worker_pids(parent: int) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_workers_share_the_port_and_stop_together() -> None:
     engine = FakeEngine(name="e0")
     port = _free_port()
@@ -155,13 +154,7 @@ def test_workers_share_the_port_and_stop_together() -> None:
         command += ["--port", str(port), "--backend", url, "--workers", "2"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).is_success:
-                        break
-                assert process.poll() is None, process.stdout.read() if process.stdout else ""
-                time.sleep(0.1)
+            wait_for_answer(process, f"http://127.0.0.1:{port}/readyz", 200)
             workers = _worker_pids(process.pid)
             assert len(workers) == 2
             for i in range(12):  # a new connection each: the kernel spreads them over workers

@@ -142,6 +142,7 @@ def test_chat_bodies_that_cannot_be_keyed(messages: object) -> None:
     assert error.value.param == "messages"
 
 
+@pytest.mark.slow
 def test_keys_are_stable_across_processes() -> None:
     code = (
         "from prefixserving.router.keys import KeyConfig, completion_key;"

@@ -11,11 +11,11 @@ import uvicorn
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.fake_engine import serving
+from prefixserving.testing import wait_for_async
 from router_support import (
     FAST_POOL,
     FirstPolicy,
     completion,
-    eventually,
     fake_engines,
     metric_value,
     running_router,
@@ -66,7 +66,7 @@ async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> Non
         ) as response:
             async for _ in response.aiter_raw():
                 break  # read one chunk, then hang up
-        await eventually(lambda: engine.aborted == 1)
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
         assert engine.completed_streams == 0
         text = (await r.client.get("/metrics")).text
         assert (
@@ -79,11 +79,14 @@ async def test_client_disconnect_mid_stream_closes_the_upstream_request() -> Non
 
 
 async def test_client_disconnect_before_the_answer_reaches_the_engine() -> None:
-    async with fake_engines(1, first_delay_s=0.5) as [(engine, url)], running_router([url]) as r:
+    # The client gives up long before the engine would answer, even on a stalled machine.
+    async with fake_engines(1, first_delay_s=2.0) as [(engine, url)], running_router([url]) as r:
         with pytest.raises(httpx.ReadTimeout):
-            await r.client.post("/v1/completions", json=completion("slow"), timeout=0.15)
-        await eventually(lambda: engine.aborted == 1)
-        await eventually(lambda: r.router.pool.state(url).in_flight == 0)
+            await r.client.post("/v1/completions", json=completion("slow"), timeout=0.2)
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
+        await wait_for_async(
+            lambda: r.router.pool.state(url).in_flight == 0, what="no request in flight"
+        )
 
 
 async def test_5xx_before_first_byte_is_retried_once_on_the_next_backend() -> None:
@@ -151,34 +154,38 @@ async def test_models_is_forwarded() -> None:
 
 
 async def test_no_answer_within_the_read_timeout_is_retried_on_the_next_backend() -> None:
-    config = RouterConfig(read_timeout_s=0.3)
+    config = RouterConfig(read_timeout_s=1.0)
     async with (
         fake_engines(2) as engines,
         running_router([u for _, u in engines], config=config) as r,
     ):
         (first, _), (second, _) = sorted(engines, key=lambda e: e[1])  # FirstPolicy's order
-        first.first_delay_s = 2.0
+        first.first_delay_s = 3.0  # silent for 3 read timeouts; the second answers at once
         response = await r.client.post("/v1/completions", json=completion("a"))
         assert response.status_code == 200 and response.json()["backend"] == second.name
         text = (await r.client.get("/metrics")).text
         assert metric_value(text, "prefixserving_router_retries_total", reason="read_error") == 1
-        await eventually(lambda: first.aborted == 1)  # the silent engine saw the hang-up
+        await wait_for_async(
+            lambda: first.aborted == 1, what="the silent engine to see the hang-up"
+        )
 
 
 async def test_a_stream_that_falls_silent_is_cut_after_the_read_timeout() -> None:
-    config = RouterConfig(read_timeout_s=0.3)
+    config = RouterConfig(read_timeout_s=1.0)
     async with (
-        fake_engines(1, chunks=50, chunk_delay_s=0.1) as [(engine, url)],
+        fake_engines(1, chunks=50, chunk_delay_s=0.05) as [(engine, url)],
         running_router([url], config=config) as r,
     ):
-        # Chunks 0.1 s apart keep a 0.3 s idle timer satisfied for the whole stream...
+        # Chunks 0.05 s apart keep a 1 s idle timer satisfied for the whole stream (a busy
+        # machine may stall this loop for a while)...
         async with r.client.stream(
             "POST", "/v1/completions", json=completion("steady", stream=True)
         ) as response:
             raw = b"".join([chunk async for chunk in response.aiter_raw()])
         assert raw.endswith(b"data: [DONE]\n\n") and engine.completed_streams == 1
-        # ...but a stream that stalls after its first chunk is cut within twice the timeout.
-        engine.chunk_delay_s = 5.0
+        # ...but a stream that stalls after its first chunk is cut within twice the timeout,
+        # long before its next chunk.
+        engine.chunk_delay_s = 60.0
         started = time.monotonic()
         with pytest.raises(httpx.RemoteProtocolError):
             async with r.client.stream(
@@ -186,8 +193,8 @@ async def test_a_stream_that_falls_silent_is_cut_after_the_read_timeout() -> Non
             ) as response:
                 async for _ in response.aiter_raw():
                     pass
-        assert time.monotonic() - started < 2.0
-        await eventually(lambda: engine.aborted == 1)
+        assert time.monotonic() - started < 30
+        await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
         assert r.router.pool.state(url).in_flight == 0
 
 
@@ -204,6 +211,8 @@ async def test_disconnect_propagates_under_a_server_without_the_disconnect_hook(
             ) as response:
                 async for _ in response.aiter_raw():
                     break  # read one chunk, then hang up
-            await eventually(lambda: engine.aborted == 1)
-            await eventually(lambda: router.pool.state(url).in_flight == 0)
+            await wait_for_async(lambda: engine.aborted == 1, what="the engine to see the hang-up")
+            await wait_for_async(
+                lambda: router.pool.state(url).in_flight == 0, what="no request in flight"
+            )
             assert engine.completed_streams == 0

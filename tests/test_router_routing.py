@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from prefixserving.router.policies.registry import make_policy
-from router_support import completion, eventually, fake_engines, metric_value, running_router
+from prefixserving.testing import wait_for_async
+from router_support import completion, fake_engines, metric_value, running_router
 
 GROUPS = [f"Group {g}: " + f"shared document number {g} with many words. " * 6 for g in range(12)]
 
@@ -49,7 +50,10 @@ async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
             home = (await r.client.post("/v1/completions", json=request(0, 0))).json()["backend"]
             by_name[home].waiting = 40  # scraped as vllm:num_requests_waiting
             home_url = next(u for e, u in engines if e.name == home)
-            await eventually(lambda: r.router.pool.state(home_url).waiting == 40)
+            await wait_for_async(
+                lambda: r.router.pool.state(home_url).waiting == 40,
+                what="40 waiting scraped from the home engine",
+            )
             moved = {
                 (await r.client.post("/v1/completions", json=request(0, i))).json()["backend"]
                 for i in range(1, 6)
@@ -64,7 +68,10 @@ async def test_a_queue_on_the_preferred_engine_spills_its_prefix() -> None:
             )
             assert spilled == 5
             by_name[home].waiting = 0
-            await eventually(lambda: r.router.pool.state(home_url).waiting == 0)
+            await wait_for_async(
+                lambda: r.router.pool.state(home_url).waiting == 0,
+                what="0 waiting scraped from the home engine",
+            )
             back = (await r.client.post("/v1/completions", json=request(0, 9))).json()["backend"]
             assert back == home
 
@@ -106,7 +113,10 @@ async def test_both_router_replicas_see_the_engines_running_requests() -> None:
             by_name[home].running = 30
             home_url = next(u for e, u in engines if e.name == home)
             for r in (a, b):
-                await eventually(lambda r=r: r.router.pool.state(home_url).running == 30)
+                await wait_for_async(
+                    lambda r=r: r.router.pool.state(home_url).running == 30,
+                    what="30 running scraped from the home engine",
+                )
             moved = [
                 (await r.client.post("/v1/completions", json=request(2, i))).json()["backend"]
                 for i in range(1, 4)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from prefixserving.router.upstream import HIGH_WATER_BYTES, UpstreamError, UpstreamPool
+from prefixserving.testing import wait_for_async
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 
@@ -157,13 +158,21 @@ async def test_head_answers_end_at_the_headers() -> None:
         response.release()
 
 
-async def test_interim_1xx_answers_are_skipped() -> None:
+@pytest.mark.parametrize("apart_s", [0.0, 0.1], ids=["one-write", "two-writes"])
+async def test_interim_1xx_answers_are_skipped(apart_s: float) -> None:
     async def handler(_n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+        final = b"HTTP/1.1 201 Created\r\nx-a: b\r\ncontent-length: 2\r\n\r\nok"
+        if not apart_s:  # both answers in one read
+            writer.write(interim + final)
+            return
+        writer.write(interim)
         await writer.drain()
-        await asyncio.sleep(0.1)  # the interim answer arrives on its own
-        writer.write(b"HTTP/1.1 201 Created\r\nx-a: b\r\ncontent-length: 2\r\n\r\nok")
+        # A server that pauses between the answers (the condition under test): the interim
+        # answer is usually parsed on its own; the one-write case covers the other order.
+        await asyncio.sleep(apart_s)
+        writer.write(final)
         await writer.drain()
 
     async with raw_server(handler) as server:
@@ -186,9 +195,13 @@ async def test_reading_pauses_while_the_client_is_slow() -> None:
     async with raw_server(answer_every_request([], reply)) as server:
         pool = UpstreamPool(connect_timeout_s=1)
         response = await pool.request(server.url, "POST", "/", [], b"{}")
-        await asyncio.sleep(0.3)  # the server could send it all by now
+        # Nobody reads the body: the client stops reading once it holds the high-water mark.
+        transport = response._connection.transport
+        assert transport is not None
+        await wait_for_async(lambda: not transport.is_reading(), what="reading paused")
         first = await response.read()
         assert HIGH_WATER_BYTES < len(first) < size
+        assert transport.is_reading(), "reading resumes once the client took the bytes"
         rest = b""
         while chunk := await response.read():
             rest += chunk
@@ -209,10 +222,7 @@ async def test_cancelled_request_closes_its_connection() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(100):
-            if server.closed_by_client:
-                break
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: server.closed_by_client, what="the server to see the close")
     assert server.closed_by_client == 1
 
 
@@ -226,9 +236,9 @@ async def test_unread_answers_close_and_idle_connections_are_capped() -> None:
         unread.release()  # body not read: the connection is closed, not reused
         assert await read_all(pool, server.url) == (200, b"ok")
         pool.close()
-        for _ in range(100):
-            if server.closed_by_client == server.connections:
-                break
-            await asyncio.sleep(0.01)
+        await wait_for_async(
+            lambda: server.closed_by_client == server.connections,
+            what="the server to see every connection closed",
+        )
     assert server.connections == 4  # 3 at once, 1 kept idle, then 1 new after the unread one
     assert server.closed_by_client == 4

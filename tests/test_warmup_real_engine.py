@@ -10,7 +10,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from tests.router_support import metric_value
 
 from prefixserving.stack.engines import free_port
+from support.processes import wait_for_answer
 
 # About 480 BERT tokens: three full 128-token blocks.
 FILLER = " ".join(
@@ -71,17 +71,8 @@ def _run_sidecar(engine_url: str, prompts: Path) -> tuple[dict, str]:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-            try:
-                answer = httpx.get(f"{base}/readyz", timeout=2)
-            except httpx.HTTPError:
-                answer = None
-            if answer is not None and answer.status_code == 200:
-                return answer.json(), httpx.get(f"{base}/metrics", timeout=2).text
-            time.sleep(0.5)
-        pytest.fail("warm-up sidecar never turned ready")
+        answer = wait_for_answer(process, f"{base}/readyz", timeout_s=300)
+        return answer.json(), httpx.get(f"{base}/metrics", timeout=5).text
     finally:
         process.terminate()
         process.wait(timeout=20)

@@ -41,6 +41,8 @@ class UsageEngine:
     async def _completion(self, request: Request) -> Response:
         body = json.loads(await request.body())
         self.received.append((request.url.path, body))
+        # A slow engine (the condition the warm-up tests need): answer after delay_s, unless
+        # the client goes away first.
         deadline = time.monotonic() + self.delay_s
         while time.monotonic() < deadline:
             if await request.is_disconnected():

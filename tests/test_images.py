@@ -365,6 +365,7 @@ def test_renderer_refuses_missing_templates(missing_templates: Path) -> None:
         load_templates(str(missing_templates))
 
 
+@pytest.mark.slow
 def test_operator_stops_at_start_without_templates(missing_templates: Path) -> None:
     """Before kopf runs: no cluster is needed to see the error."""
     env = {**os.environ, TEMPLATES_ENV: str(missing_templates), "KUBECONFIG": os.devnull}

@@ -34,9 +34,11 @@ crds:
 	$(BIN)/prefixserving crd --out-dir crds
 	cp crds/*.yaml charts/prefixserving-operator/crds/
 
-## Regenerate the API reference (docs/reference/) from the CRDs.
+## Regenerate the API reference (docs/reference/) from the CRDs, and docs/peek.md's lists of
+## vLLM scheduler tests from tests/vllm_contract/.
 docs:
 	$(BIN)/python -m prefixserving.api.reference docs/reference
+	PYTHONPATH=tests $(BIN)/python -m vllm_contract.lists --write docs/peek.md
 
 ## Build and tag the three images (needs a Docker engine). The context is the repository root,
 ## filtered by .dockerignore; bash e2e/images_smoke.sh then runs the built images.

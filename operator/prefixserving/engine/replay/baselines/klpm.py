@@ -49,9 +49,7 @@ class KLpmScheduler(Scheduler):
         return output
 
     def _order(self, waiting: list[Request]) -> list[Request]:
-        by_hit = sorted(
-            range(len(waiting)), key=lambda i: (-cached_tokens(self, waiting[i]), i)
-        )
+        by_hit = sorted(range(len(waiting)), key=lambda i: (-cached_tokens(self, waiting[i]), i))
         taken = [False] * len(waiting)
         oldest = hit = 0
         ordered: list[Request] = []

@@ -1,5 +1,7 @@
-"""Every name the project shares across components: API group, kinds, labels, ports, condition
-types and reasons, handler ids. Handler ids are never renamed: kopf stores progress under them."""
+"""Every name the project shares across components: API group, kinds, labels, ports, images,
+handler ids, environment variables, router paths and metric names read by other components.
+Handler ids are never renamed: kopf stores progress under them. Condition types and reasons
+are in ``prefixserving.api.lifecycle``, API defaults in ``prefixserving.api.defaults``."""
 
 from __future__ import annotations
 
@@ -50,21 +52,6 @@ PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"
 
 # Server-side apply field manager of the operator.
 FIELD_MANAGER: Final = "prefixserving-operator"
-
-# Condition types and reasons.
-COND_READY: Final = "Ready"
-COND_PROGRESSING: Final = "Progressing"
-COND_DEGRADED: Final = "Degraded"
-COND_METRICS: Final = "MetricsAvailable"
-REASON_INVALID_SPEC: Final = "InvalidSpec"
-REASON_ENGINE_UNAVAILABLE: Final = "EngineUnavailable"
-REASON_ROUTER_UNAVAILABLE: Final = "RouterUnavailable"
-REASON_SCALER_MISSING: Final = "ScalerMissing"
-REASON_CHILD_REJECTED: Final = "ChildRejected"
-REASON_RENDER_FAILED: Final = "RenderFailed"
-REASON_PROMETHEUS_UNAVAILABLE: Final = "PrometheusUnavailable"
-REASON_READY: Final = "AllReplicasReady"
-REASON_ROLLING_OUT: Final = "RollingOut"
 
 # kopf handler ids.
 HANDLER_RECONCILE: Final = "reconcile"

@@ -20,7 +20,7 @@ from typing import Any
 
 from prefixserving import constants, kinds
 from prefixserving.api import names
-from prefixserving.api.defaults import EffectiveAutoscaling, effective_autoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling, effective_autoscaling
 from prefixserving.api.types import PrefixServing, PrefixServingSpec, ScalingPolicySpec
 from prefixserving.api.validation import SpecError, check_rules
 from prefixserving.render.context import build_context

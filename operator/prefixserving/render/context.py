@@ -12,7 +12,7 @@ from typing import Any
 
 from prefixserving import constants
 from prefixserving.api import names
-from prefixserving.api.defaults import EffectiveAutoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import alerts
 from prefixserving.render.autoscaling import autoscaling_context

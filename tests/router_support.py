@@ -11,13 +11,13 @@ import httpx
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
-from prefixserving.router.keys import KeyConfig
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
     RoutingContext,
     RoutingPolicy,
 )
+from prefixserving.router.prefix_hashing import KeyConfig
 from prefixserving.router.server import uvicorn_config
 
 FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)

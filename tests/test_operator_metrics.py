@@ -14,7 +14,7 @@ import prometheus_client
 import pytest
 
 from prefixserving.api import lifecycle
-from prefixserving.controller import metrics
+from prefixserving.controller import status_metrics
 from prefixserving.controller.kube import DEPLOYMENT
 from prefixserving.stack.prometheus import running_prometheus
 from prefixserving.testing import prefixserving_body as resource
@@ -200,8 +200,8 @@ def test_slow_prometheus_is_reported_within_the_timeout() -> None:
     url = f"http://127.0.0.1:{server.server_port}"
     try:
         started = time.monotonic()
-        with pytest.raises(metrics.MetricsUnavailable, match=r"did not answer within 0\.5s"):
-            metrics.query(url, NAMESPACE, NAME, timeout_s=0.5)
+        with pytest.raises(status_metrics.MetricsUnavailable, match=r"did not answer within 0\.5s"):
+            status_metrics.query(url, NAMESPACE, NAME, timeout_s=0.5)
         # Far from the 60 s the server holds its answer: the query gave up at its timeout.
         assert time.monotonic() - started < 30
     finally:
@@ -211,5 +211,5 @@ def test_slow_prometheus_is_reported_within_the_timeout() -> None:
 
 
 def test_unreachable_prometheus_names_the_address() -> None:
-    with pytest.raises(metrics.MetricsUnavailable, match=r"127\.0\.0\.1:9 is unreachable"):
-        metrics.query("http://127.0.0.1:9", NAMESPACE, NAME, timeout_s=1)
+    with pytest.raises(status_metrics.MetricsUnavailable, match=r"127\.0\.0\.1:9 is unreachable"):
+        status_metrics.query("http://127.0.0.1:9", NAMESPACE, NAME, timeout_s=1)

@@ -7,9 +7,8 @@ import random
 import pytest
 
 from prefixserving import constants
-from prefixserving.router.keys import KeyConfig
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
-from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
+from prefixserving.router.policies.key_choice import PrefixKeyParams, PrefixKeySelector
 from prefixserving.router.policies.prefix_affinity import (
     PrefixAffinityConfig,
     PrefixAffinityPolicy,
@@ -17,6 +16,7 @@ from prefixserving.router.policies.prefix_affinity import (
 from prefixserving.router.policies.ranking import rendezvous_rank
 from prefixserving.router.policies.registry import POLICY_NAMES, make_policy
 from prefixserving.router.policies.two_choice import TwoChoicePolicy
+from prefixserving.router.prefix_hashing import KeyConfig
 
 BACKENDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from prefixserving.router.hot import HotPrefixes
-from prefixserving.router.keys import KeyConfig, chat_key, completion_key
 from prefixserving.router.policies.base import RoutingContext
 from prefixserving.router.policies.registry import make_policy
+from prefixserving.router.prefix_hashing import KeyConfig, chat_key, completion_key
 
 CONFIG = KeyConfig(block_chars=16, prefix_blocks=8)
 

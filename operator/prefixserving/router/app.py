@@ -3,15 +3,15 @@
 Routes (exact paths, one dict lookup; ``GET`` routes also answer ``HEAD``):
 
 - ``POST /v1/completions``, ``POST /v1/chat/completions``: read the body (at most
-  ``max_body_bytes``, within ``body_timeout_s``), key it (``router.keys``), record it for
+  ``max_body_bytes``, within ``body_timeout_s``), key it (``router.prefix_hashing``), record it for
   prefix hygiene and hot prefixes, ask the policy for a backend and forward
   (``router.proxy``). Answers ``400`` for a body that is not a UTF-8 JSON object, a missing
-  ``model``, a bad prompt or messages (``router.keys``: each names the field), ``413`` for a
+  ``model``, a bad prompt or messages (``router.prefix_hashing``: each names the field), ``413`` for a
   body over the limit, ``408`` for a body too slow to arrive, ``503`` with
   ``Retry-After`` when no backend is available, all with OpenAI-style error bodies.
 - ``GET /v1/models``: forwarded to a healthy backend (rotating), with the same retry.
 - ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic.
-- ``GET /metrics``: Prometheus exposition (``router.metrics``).
+- ``GET /metrics``: Prometheus exposition (``router.exposition``).
 - ``GET /v1/prefixserving/hot-prefixes``: see ``router.hot``.
 - ``GET /v1/prefixserving/hygiene``: per-model new-first-block ratio, cause and hint.
 
@@ -40,12 +40,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prefixserving import constants
-from prefixserving.router import keys
+from prefixserving.router import prefix_hashing
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
+from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.hot import DEFAULT_LIMIT, MAX_LIMIT, HotPrefixes
 from prefixserving.router.hygiene import PrefixHygiene
-from prefixserving.router.metrics import RouterMetrics
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
@@ -55,7 +55,7 @@ from prefixserving.router.policies.base import (
 from prefixserving.router.proxy import Exchange, upstream_headers
 from prefixserving.router.upstream import UpstreamPool
 
-KeyFunction = Callable[[Mapping[str, Any], keys.KeyConfig], keys.PrefixKey]
+KeyFunction = Callable[[Mapping[str, Any], prefix_hashing.KeyConfig], prefix_hashing.PrefixKey]
 Handler = Callable[[Scope, Receive], Awaitable[ASGIApp | None]]
 
 
@@ -111,14 +111,14 @@ class Router:
         *,
         pool: BackendPool,
         policy: RoutingPolicy,
-        key_config: keys.KeyConfig | None = None,
+        key_config: prefix_hashing.KeyConfig | None = None,
         config: RouterConfig | None = None,
         hygiene: PrefixHygiene | None = None,
         hot: HotPrefixes | None = None,
     ) -> None:
         self.pool = pool
         self.policy = policy
-        self.key_config = key_config or keys.KeyConfig()
+        self.key_config = key_config or prefix_hashing.KeyConfig()
         self.config = config or RouterConfig()
         self.hygiene = hygiene or PrefixHygiene()
         self.hot = hot or HotPrefixes(self.key_config)
@@ -230,9 +230,9 @@ class Router:
                 return None
             received_at = time.perf_counter()
             try:
-                body = keys.parse_body(raw)
+                body = prefix_hashing.parse_body(raw)
                 key = key_function(body, self.key_config)
-            except keys.RequestError as error:
+            except prefix_hashing.RequestError as error:
                 return self._reject(400, str(error), error.param)
             self.hygiene.observe(key)
             self.hot.observe(key, body)
@@ -379,8 +379,8 @@ def build_app(router: Router) -> RouterApp:
     return RouterApp(
         router,
         {
-            "/v1/completions": ("POST", router.routed_endpoint(keys.completion_key)),
-            "/v1/chat/completions": ("POST", router.routed_endpoint(keys.chat_key)),
+            "/v1/completions": ("POST", router.routed_endpoint(prefix_hashing.completion_key)),
+            "/v1/chat/completions": ("POST", router.routed_endpoint(prefix_hashing.chat_key)),
             "/v1/models": ("GET", router.models),
             "/healthz": ("GET", router.healthz),
             "/readyz": ("GET", router.readyz),

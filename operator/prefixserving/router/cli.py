@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from prefixserving import constants
-from prefixserving.router.keys import DEFAULT_BLOCK_CHARS, DEFAULT_PREFIX_BLOCKS, KeyConfig
 from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from prefixserving.router.prefix_hashing import (
+    DEFAULT_BLOCK_CHARS,
+    DEFAULT_PREFIX_BLOCKS,
+    KeyConfig,
+)
 
 if TYPE_CHECKING:
     from prefixserving.router.app import RouterApp

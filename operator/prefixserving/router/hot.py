@@ -69,8 +69,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixserving.router.keys import ContentKind, KeyConfig, PrefixKey, replay_body
 from prefixserving.router.policies.base import RoutingPolicy
+from prefixserving.router.prefix_hashing import ContentKind, KeyConfig, PrefixKey, replay_body
 
 DEFAULT_LIMIT = 32
 MAX_LIMIT = 1024

@@ -42,7 +42,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
-from prefixserving.router.metrics import RouterMetrics
+from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.server import DISCONNECT_HOOK
 from prefixserving.router.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from prefixserving.api import defaults, lifecycle, names
 from prefixserving.api.validation import SpecError, parse_resource
-from prefixserving.controller import metrics
+from prefixserving.controller import status_metrics
 from prefixserving.controller.handlers.reconcile import write_status
 from prefixserving.controller.kube import DEPLOYMENT, POD, Kube
 
@@ -167,7 +167,7 @@ def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
 
 def refresh_metrics(
     kube: Kube, body: Mapping[str, Any], prometheus_url: str, timeout_s: float
-) -> metrics.Figures | None:
+) -> status_metrics.Figures | None:
     """Prometheus -> ``status.metrics``; a failure degrades only ``MetricsAvailable``."""
     meta = body["metadata"]
     if not prometheus_url:
@@ -183,10 +183,10 @@ def refresh_metrics(
         )
         return None
     try:
-        figures = metrics.query(
+        figures = status_metrics.query(
             prometheus_url, meta["namespace"], meta["name"], timeout_s, _hygiene_threshold(body)
         )
-    except metrics.MetricsUnavailable as exc:
+    except status_metrics.MetricsUnavailable as exc:
         write_status(
             kube,
             body,

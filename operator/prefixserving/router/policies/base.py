@@ -2,7 +2,7 @@
 
 A policy sees one frozen :class:`RoutingContext` per request (the request's prefix block
 hashes, the healthy backends, their loads) and returns a :class:`Decision`. Policies never hash
-request bodies themselves (``router.keys`` does) and never do I/O, so the HTTP router and the
+request bodies themselves (``router.prefix_hashing`` does) and never do I/O, so the HTTP router and the
 simulator run exactly the same code.
 
 Determinism: every policy must give the same decision for the same context and the same

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prefixserving.router.policies.base import BackendLoad
-from prefixserving.router.policies.keying import PrefixKeyParams
+from prefixserving.router.policies.key_choice import PrefixKeyParams
 
 _IDLE = BackendLoad()
 

@@ -3,7 +3,7 @@ that spills heavy prefixes first.
 
 **Algorithm**
 
-1. Key (:mod:`.keying`): observe the request's leading block hashes and take the shallowest
+1. Key (:mod:`.key_choice`): observe the request's leading block hashes and take the shallowest
    block that is not hot; requests behind the same not-hot prefix share a key, and a hot
    prefix such as a system prompt is split by what follows it. A hot prefix that needs fewer
    than N backends keeps ``homes`` of them: its rendezvous first choices.
@@ -53,7 +53,7 @@ same requests.
 - ``spill_ranks`` (3): backends of the ranking tried before falling back to the least loaded.
 - ``waiting_weight`` (1.0), ``kv_weight`` (2.0): weights of the scraped signals in the load.
 - ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
-  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
+  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.key_choice`.
 
 **Complexity**: O(``max_depth_blocks`` + N log N) per request; memory O(``sketch_width``).
 
@@ -77,7 +77,7 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import KeyChoice, PrefixKeySelector
+from prefixserving.router.policies.key_choice import KeyChoice, PrefixKeySelector
 from prefixserving.router.policies.load import (
     AffinityLoadParams,
     least_loaded,

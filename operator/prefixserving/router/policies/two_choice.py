@@ -7,7 +7,7 @@ by "the power of two choices".
 
 **Algorithm**
 
-1. Key: the same key block as ``prefix_affinity`` (:mod:`.keying`; DualMap also adapts the
+1. Key: the same key block as ``prefix_affinity`` (:mod:`.key_choice`; DualMap also adapts the
    hashed prefix length).
 2. Candidates: the rendezvous winner under seed A, and the winner under seed B among the
    other backends (two independent hash functions; distinct when N >= 2).
@@ -27,7 +27,7 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
   (2.0): as in ``prefix_affinity``.
 - ``affinity_entries`` (65536): keys remembered with their last backend (LRU).
 - ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
-  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
+  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.key_choice`.
 
 **Complexity**: O(``max_depth_blocks`` + N) per request; memory O(``sketch_width`` +
 ``affinity_entries``).
@@ -53,7 +53,7 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import PrefixKeySelector
+from prefixserving.router.policies.key_choice import PrefixKeySelector
 from prefixserving.router.policies.load import AffinityLoadParams, least_loaded, load_values
 from prefixserving.router.policies.ranking import rendezvous_top
 

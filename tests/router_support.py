@@ -24,15 +24,15 @@ FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interva
 
 
 class FirstPolicy(RoutingPolicy):
-    """Always the first backend in sorted order; ``rank`` is the sorted order (tests only)."""
+    """Always the first backend in sorted order, the others in sorted order as fallbacks
+    (tests only)."""
 
     name = "first"
+    affinity = True
 
     def select(self, ctx: RoutingContext) -> Decision:
-        return Decision(sorted(ctx.backends)[0], DecisionReason.AFFINITY)
-
-    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
-        return sorted(backends)
+        first, *rest = sorted(ctx.backends)
+        return Decision(first, DecisionReason.AFFINITY, tuple(rest))
 
 
 @dataclass

@@ -16,6 +16,9 @@ after this request, ``total`` the sum of all ``N`` backends' loads. With ``slack
 the paper's ``load + 1 <= ceil(c * m)`` for integer loads; the slack keeps small absolute
 gaps (a few requests) from counting as overload. The least-loaded backend is always within
 the bound.
+
+**Fallbacks**: a decision lists the backends to retry on after its choice, best first; the
+policies order the ones that are not their preference by load (:func:`by_load`).
 """
 
 from __future__ import annotations
@@ -56,10 +59,10 @@ def load_capacity(values: Mapping[str, float], load_bound: float, slack: float =
     return max(float(math.ceil(load_bound * mean_after)), mean_after + slack)
 
 
-def least_loaded(values: Mapping[str, float], order: Sequence[str]) -> str:
-    """The backend with the least load; ties go to the earliest in ``order``."""
-    position = {b: i for i, b in enumerate(order)}
-    return min(order, key=lambda b: (values[b], position[b]))
+def by_load(values: Mapping[str, float], order: Sequence[str]) -> list[str]:
+    """``order`` sorted by load, least loaded first; ties keep their order in ``order`` (a
+    stable sort). O(N log N)."""
+    return sorted(order, key=values.__getitem__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,8 +112,9 @@ class PrefixKeySelector:
 
     Reads (:meth:`depth`, :meth:`key`, :meth:`choose`) change nothing and see the counts as
     they will be once the request asked about is counted, so a routed request weighs in its
-    own key choice; :meth:`observe` counts it (a policy's ``on_routed``). The slots of the last
-    blocks read are kept, so a request read and then counted is hashed once.
+    own key choice; :meth:`observe` counts it (a policy's ``on_routed``). The slots and the
+    shares of the last blocks read are kept (the shares until the next count), so a request
+    read, read again and counted is hashed once and its shares computed once.
     """
 
     def __init__(self, params: PrefixKeyParams) -> None:
@@ -123,20 +124,21 @@ class PrefixKeySelector:
         self._growth = 1.0 / (1.0 - 1.0 / params.window_requests)
         self._increment = 1.0
         self._total = 0.0
-        self._last: tuple[tuple[int, ...], list[tuple[int, int]]] = ((), [])
+        self._last_blocks: tuple[int, ...] = ()
+        self._last_slots: list[tuple[int, int]] = []
+        self._last_shares: list[float] | None = None  # None: a count happened since
 
     def _slots(self, blocks: tuple[int, ...]) -> list[tuple[int, int]]:
         """The sketch slots (one per row) of each of the first ``max_depth_blocks`` blocks;
         the last ones computed are reused for the same ``blocks`` object."""
-        last_blocks, last_slots = self._last
-        if blocks is last_blocks:
-            return last_slots
+        if blocks is self._last_blocks:
+            return self._last_slots
         mask = self._mask
         out = []
         for block in blocks[: self.params.max_depth_blocks]:
             mixed = mix64(block)
             out.append((mixed & mask, (mixed >> 32) & mask))
-        self._last = (blocks, out)
+        self._last_blocks, self._last_slots, self._last_shares = blocks, out, None
         return out
 
     def observe(self, blocks: tuple[int, ...]) -> None:
@@ -150,6 +152,7 @@ class PrefixKeySelector:
         self._increment *= self._growth
         if self._increment > _RESCALE_AT:
             self._rescale()
+        self._last_shares = None
 
     def _rescale(self) -> None:
         scale = 1.0 / self._increment
@@ -166,28 +169,36 @@ class PrefixKeySelector:
         floor = self.params.min_requests * self._increment / self._growth
         return min(first[a], second[b]) / max(self._total, floor)
 
-    def _shares_once_counted(self, slots: list[tuple[int, int]]) -> list[float]:
-        """The shares of ``slots`` after :meth:`observe` of the request they belong to,
-        computed without counting it: the same float operations in the same order as
-        :meth:`observe` and :meth:`_rescale`, so a read followed by a count agrees with the
-        state it leaves, bit for bit. O(len(slots))."""
+    def _shares_once_counted(self, blocks: tuple[int, ...]) -> list[float]:
+        """The shares of ``blocks``' slots after :meth:`observe` of ``blocks``, computed
+        without counting them: the same float operations in the same order as :meth:`observe`
+        and :meth:`_rescale`, so a read followed by a count agrees with the state it leaves,
+        bit for bit. O(len(blocks)); the answer is kept until the next count."""
+        slots = self._slots(blocks)
+        if self._last_shares is not None:
+            return self._last_shares
         inc = self._increment
         first, second = self._rows
-        counted_first: dict[int, float] = {}
-        counted_second: dict[int, float] = {}
-        for a, b in slots:
-            counted_first[a] = counted_first.get(a, first[a]) + inc
-            counted_second[b] = counted_second.get(b, second[b]) + inc
         total = self._total + inc
         increment = inc * self._growth
+        scale = 1.0  # x * 1.0 == x: no rescale costs no rounding
         if increment > _RESCALE_AT:
             scale = 1.0 / increment
-            counted_first = {a: c * scale for a, c in counted_first.items()}
-            counted_second = {b: c * scale for b, c in counted_second.items()}
             total *= scale
             increment = 1.0
         denominator = max(total, self.params.min_requests * increment / self._growth)
-        return [min(counted_first[a], counted_second[b]) / denominator for a, b in slots]
+        # min(x * scale, y * scale) == min(x, y) * scale exactly: rounding is monotonic.
+        if len({a for a, _ in slots}) == len({b for _, b in slots}) == len(slots):
+            shares = [min(first[a] + inc, second[b] + inc) * scale / denominator for a, b in slots]
+        else:  # a slot met twice (a collision) is added to twice, as in observe
+            after_first: dict[int, float] = {}
+            after_second: dict[int, float] = {}
+            for a, b in slots:
+                after_first[a] = after_first.get(a, first[a]) + inc
+                after_second[b] = after_second.get(b, second[b]) + inc
+            shares = [min(after_first[a], after_second[b]) * scale / denominator for a, b in slots]
+        self._last_shares = shares
+        return shares
 
     def threshold(self, n_backends: int) -> float:
         """The share above which a block is hot among ``n_backends`` backends."""
@@ -196,7 +207,7 @@ class PrefixKeySelector:
     def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
         """Index of the key block in ``blocks`` (which must be non-empty)."""
         threshold = self.threshold(n_backends)
-        shares = self._shares_once_counted(self._slots(blocks))
+        shares = self._shares_once_counted(blocks)
         for d, share in enumerate(shares):
             if share <= threshold:
                 return d
@@ -213,7 +224,7 @@ class PrefixKeySelector:
         blocks."""
         if not blocks:
             return None
-        shares = self._shares_once_counted(self._slots(blocks))
+        shares = self._shares_once_counted(blocks)
         threshold = self.threshold(n_backends)
         parent: int | None = None
         parent_share = share = 0.0

@@ -23,6 +23,10 @@ IMAGE_REGISTRY: Final = "ghcr.io/prefixserving"
 ENGINE_IMAGE: Final = f"{IMAGE_REGISTRY}/engine:{PROJECT_VERSION}"
 ROUTER_IMAGE: Final = f"{IMAGE_REGISTRY}/router:{PROJECT_VERSION}"
 OPERATOR_IMAGE: Final = f"{IMAGE_REGISTRY}/operator:{PROJECT_VERSION}"
+# The non-root user the router (also the warm-up sidecar) and operator images run as: their
+# Dockerfiles' ``useradd --uid`` and ``USER``, the rendered pods' ``runAsUser`` and the chart's
+# operator Deployment (tests/test_images.py compares them).
+IMAGE_UID: Final = 65532
 
 # Labels on every child object.
 LABEL_NAME: Final = "app.kubernetes.io/name"

@@ -20,9 +20,6 @@ from prefixserving.render.engine import engine_context
 from prefixserving.render.formats import number
 from prefixserving.render.warmup import warmup_context
 
-# Non-root user of the project's slim images (router, warm-up, operator).
-NONROOT_UID = 65532
-
 
 def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[str, Any]:
     """Every value the templates use, for one PrefixServing and its effective autoscaling."""
@@ -76,7 +73,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
             ],
             "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
         },
-        "nonroot_uid": NONROOT_UID,
+        "nonroot_uid": constants.IMAGE_UID,
         "image_pull_secrets": [ref.model_dump() for ref in spec.image_pull_secrets],
         "autoscaling": autoscaling_context(resource, auto),
         "monitoring": {

@@ -1,9 +1,9 @@
 """The values the templates lay out, computed from a validated spec.
 
 Everything that needs a decision (argument lists, resources, volumes, probe thresholds,
-queries) is computed in Python, one module per part (``engine``, ``warmup``,
-``autoscaling``); the templates only place these values. ``build_context`` is pure; its cost
-is linear in the spec's size.
+queries) is computed in Python, one module per part (``engine``, ``warmup``, ``autoscaling``;
+the router's arguments here, the alert rules in ``autoscaling.alerts``); the templates only
+place these values. ``build_context`` is pure; its cost is linear in the spec's size.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Algorithm of :func:`reconcile` (one resource; every step idempotent, so an operator restart in
 the middle converges to the same objects):
 
-1. Validate the body (``api.validation.parse_resource``). A bad spec sets ``Ready=False`` and
-   ``Degraded=True`` with reason ``InvalidSpec`` and the problems, creates and changes nothing,
-   and raises :class:`InvalidSpec`.
+1. Validate the body (``api.validation.parse_resource``). A bad spec sets ``Ready=False``,
+   ``Degraded=True`` and ``Progressing=False`` with reason ``InvalidSpec`` and the problems
+   (``api/lifecycle.py``), creates and changes nothing, and raises :class:`InvalidSpec`.
 2. Resolve ``spec.autoscaling.policyRef`` to the ScalingPolicy (missing: ``PolicyNotFound``,
    rendered with the spec's values and the defaults until the policy appears).
 3. Render the children (pure, ``render.render_children``). Should the renderer raise (a bug
@@ -25,8 +25,10 @@ the middle converges to the same objects):
 6. Write ``observedGeneration``, ``routerEndpoint``, ``Degraded`` (and ``Progressing`` on a
    new generation) and post Events for transitions.
 
-Cost: one discovery request per API group (cached when present), one apply per child, one list
-per managed kind for pruning, two status requests.
+Cost: one GET of the referenced ScalingPolicy, one discovery request per API group (cached
+when present), one apply per child, one list per managed kind served for pruning, one status
+read-modify-write (GET, then PATCH when something changed) and one Event per condition
+transition.
 """
 
 from __future__ import annotations

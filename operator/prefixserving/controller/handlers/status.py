@@ -1,17 +1,23 @@
-"""Status timers: the children's state and the Prometheus figures, written into ``status``.
+"""Status jobs (run by ``controller/periodic.py``): the children's state and the Prometheus
+figures, written into ``status``.
 
-:func:`refresh` (every ``status_interval_s``) reads the engine and router Deployments and the
-engine pods and sets ``replicas``, ``readyReplicas`` (engine container ready), ``warmReplicas``
-(pod Ready: with warm-up on, a pod turns Ready only after its warm-up), ``Ready`` and
-``Progressing`` (``api/lifecycle.py`` documents both and the roll-up). It skips a resource whose
-current generation was judged invalid, so ``InvalidSpec`` stays visible.
+:func:`refresh` (every ``status_interval_s``) reads the engine and router Deployments (and,
+with warm-up on, the engine pods) and sets ``replicas``, ``readyReplicas`` (engine container
+ready), ``warmReplicas`` (pod Ready: with warm-up on, a pod turns Ready only after its
+warm-up), ``Ready`` and ``Progressing`` (``api/lifecycle.py`` documents both and the roll-up:
+Ready means serving traffic, it does not wait for a rollout). It skips a resource not yet
+reconciled and one whose current generation was judged invalid, so ``InvalidSpec`` stays
+visible; while a new generation is not applied yet it leaves ``Progressing`` alone.
 
-:func:`refresh_metrics` (every ``metrics_interval_s``) writes ``status.metrics`` and the
-``MetricsAvailable`` condition. A missing or slow Prometheus only flips that condition (old
-figures stay, their ``asOf`` shows their age); nothing else in the status changes.
+:func:`refresh_metrics` (every ``metrics_interval_s``) writes ``status.metrics``,
+``status.hints`` and the ``MetricsAvailable`` condition. A missing or slow Prometheus only
+flips that condition (old figures stay, their ``asOf`` shows their age); nothing else in the
+status changes.
 
-Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); three PromQL
-queries bounded by the timeout (refresh_metrics); one or two status requests each.
+Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); five PromQL
+queries, each bounded by the timeout (refresh_metrics, ``controller/status_metrics.py``); then
+one status read-modify-write (a GET and, when something changed, a PATCH) and one Event per
+condition transition.
 """
 
 from __future__ import annotations

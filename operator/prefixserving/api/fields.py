@@ -1,8 +1,7 @@
 """Field types and the base model shared by the spec (``types.py``) and status (``status.py``)
 models, and :func:`with_default`, which writes a default into a field's description.
 
-Nothing here decides a value: patterns and shapes only. Importing this module costs one pass
-of pydantic's type adapters over these annotations.
+Nothing here decides a value: patterns and shapes only (the values are ``api/defaults.py``).
 """
 
 from __future__ import annotations

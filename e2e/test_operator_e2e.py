@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 from prefixserving import constants
+from prefixserving.api import lifecycle
 from prefixserving.api.validation import parse_resource
 from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, PREFIX_SERVING, Kube
@@ -149,8 +150,8 @@ def test_invalid_spec_and_policy_propagation(kube: Kube, namespace: str) -> None
     create(kube, bad)
     ready = wait_for(
         lambda: (
-            (c := condition(kube, namespace, "bad", constants.COND_READY)).get("reason")
-            == constants.REASON_INVALID_SPEC
+            (c := condition(kube, namespace, "bad", lifecycle.COND_READY)).get("reason")
+            == lifecycle.REASON_INVALID_SPEC
             and c
         ),
         what="InvalidSpec",

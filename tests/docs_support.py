@@ -50,9 +50,9 @@ import click
 import yaml
 
 from prefixserving import constants
+from prefixserving.api import lifecycle
 from prefixserving.api.validation import parse_resource
 from prefixserving.cli import main as prefixserving_main
-from prefixserving.controller.handlers import reconcile
 from prefixserving.render import render_children
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -518,7 +518,7 @@ def containers_of_engine() -> set[str]:
 
 
 def event_reasons() -> set[str]:
-    modules = (constants, reconcile)
+    modules = (constants, lifecycle)
     return {getattr(m, n) for m in modules for n in dir(m) if n.startswith("REASON_")}
 
 

@@ -11,28 +11,28 @@ import httpx
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
 from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
-from prefixserving.router.keys import KeyConfig
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
     RoutingContext,
     RoutingPolicy,
 )
+from prefixserving.router.prefix_hashing import KeyConfig
 from prefixserving.router.server import uvicorn_config
 
 FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)
 
 
 class FirstPolicy(RoutingPolicy):
-    """Always the first backend in sorted order; ``rank`` is the sorted order (tests only)."""
+    """Always the first backend in sorted order, the others in sorted order as fallbacks
+    (tests only)."""
 
     name = "first"
+    affinity = True
 
     def select(self, ctx: RoutingContext) -> Decision:
-        return Decision(sorted(ctx.backends)[0], DecisionReason.AFFINITY)
-
-    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
-        return sorted(backends)
+        first, *rest = sorted(ctx.backends)
+        return Decision(first, DecisionReason.AFFINITY, tuple(rest))
 
 
 @dataclass

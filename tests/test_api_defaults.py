@@ -1,10 +1,20 @@
-"""Defaults live on the models, and the effective autoscaling block merges spec, policy and
-defaults field by field."""
+"""Defaults live on the models (``api/defaults.py`` is their one owner), and every CRD
+description that names a default is written from it."""
 
 from __future__ import annotations
 
+import importlib.util
+import types
+from types import ModuleType
+
+import pytest
+from pydantic import BaseModel
+
+import prefixserving.api
 from prefixserving.api import defaults
-from prefixserving.api.types import AutoscalingSpec, PrefixServingSpec, ScalingPolicySpec
+from prefixserving.api import types as api_types
+from prefixserving.api.fields import with_default
+from prefixserving.api.types import PrefixServingSpec
 
 
 def spec(**autoscaling: object) -> PrefixServingSpec:
@@ -28,50 +38,52 @@ def test_model_defaults_come_from_the_defaults_module() -> None:
     assert s.replicas is None  # resolved at render time, so autoscaling can own it
 
 
-def test_effective_autoscaling_without_policy_uses_defaults() -> None:
-    auto = defaults.effective_autoscaling(spec(enabled=True))
-    assert auto.enabled and auto.backend == defaults.AUTOSCALING_BACKEND
-    assert (auto.min_replicas, auto.max_replicas) == (defaults.MIN_REPLICAS, defaults.MAX_REPLICAS)
-    assert auto.target_kv_cache_usage == defaults.TARGET_KV_CACHE_USAGE
-    assert auto.target_queue_depth == defaults.TARGET_QUEUE_DEPTH
-    assert auto.signals == defaults.SIGNALS
-    assert auto.scale_up == defaults.SCALE_UP and auto.scale_down == defaults.SCALE_DOWN
-    assert auto.policy_name is None
+def _other(value: object) -> object:
+    """A value of the same kind that differs from ``value`` in its text."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 7919
+    if isinstance(value, float):
+        return value + 0.125
+    if isinstance(value, str):
+        return value + "-changed"
+    if isinstance(value, tuple):
+        return (*value, "changed")
+    return value
 
 
-def test_spec_wins_over_policy_which_wins_over_defaults_field_by_field() -> None:
-    policy = ScalingPolicySpec.model_validate(
-        {
-            "backend": "hpa",
-            "minReplicas": 3,
-            "maxReplicas": 6,
-            "targets": {"kvCacheUsage": 0.7, "queueDepth": 8},
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 900, "pods": 2}},
-            "prometheusUrl": "http://prom:9090",
-        }
+def _descriptions(module: ModuleType) -> dict[str, str]:
+    """``Model.field`` -> description of every field of every model in ``module``."""
+    return {
+        f"{model.__name__}.{name}": info.description or ""
+        for model in vars(module).values()
+        if isinstance(model, type) and issubclass(model, BaseModel)
+        for name, info in model.model_fields.items()
+    }
+
+
+def test_descriptions_that_name_a_default_are_written_from_the_defaults_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Load the spec models again with every default changed: a description that mentions a
+    default must change with it (a default typed into the text would not)."""
+    changed = types.SimpleNamespace(
+        **{k: _other(v) for k, v in vars(defaults).items() if k.isupper()}
     )
-    s = spec(
-        enabled=True,
-        policyRef={"name": "shared"},
-        maxReplicas=12,
-        targets={"queueDepth": 3},
-        behavior={"scaleDown": {"pods": 1}},
-    )
-    auto = defaults.effective_autoscaling(s, policy)
-    assert auto.backend == "hpa"  # policy
-    assert auto.min_replicas == 3  # policy
-    assert auto.max_replicas == 12  # spec
-    assert auto.target_kv_cache_usage == 0.7  # policy (spec's targets block leaves it unset)
-    assert auto.target_queue_depth == 3  # spec
-    assert auto.scale_down.stabilization_window_s == 900  # policy
-    assert auto.scale_down.pods == 1  # spec
-    assert auto.scale_down.period_s == defaults.SCALE_DOWN_PERIOD_S  # default
-    assert auto.scale_up == defaults.SCALE_UP
-    assert auto.prometheus_url == "http://prom:9090"
-    assert auto.policy_name == "shared"
+    monkeypatch.setattr(prefixserving.api, "defaults", changed)
+    spec = importlib.util.find_spec("prefixserving.api.types")
+    assert spec is not None and spec.loader is not None
+    reloaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reloaded)
+    before, after = _descriptions(api_types), _descriptions(reloaded)
+    mentions = {field for field, text in before.items() if "default" in text.lower()}
+    assert mentions, "no description names a default: the check would be empty"
+    stale = sorted(field for field in mentions if before[field] == after[field])
+    assert stale == [], f"descriptions with a hand-typed default (use fields.with_default): {stale}"
 
 
-def test_effective_autoscaling_accepts_the_autoscaling_block_alone() -> None:
-    block = AutoscalingSpec.model_validate({"enabled": False, "minReplicas": 2})
-    auto = defaults.effective_autoscaling(block)
-    assert not auto.enabled and auto.min_replicas == 2
+def test_with_default_writes_sequences_and_floats_plainly() -> None:
+    assert with_default("Signals", ("a", "b")) == "Signals (default a, b)."
+    assert with_default("Depth", 5.0) == "Depth (default 5)."
+    assert with_default("Cpu", "8") == "Cpu (default 8)."

@@ -17,8 +17,8 @@ from conftest import ROOT, tool
 from prefixserving.autoscaling import dashboard
 from prefixserving.peek.metrics import PeekSnapshot, snapshot_families
 from prefixserving.router.backends import BackendPool
+from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.hygiene import PrefixHygiene
-from prefixserving.router.metrics import RouterMetrics
 from prefixserving.warmup.state import WarmupState
 
 CHART = ROOT / "charts" / "prefixserving-operator"

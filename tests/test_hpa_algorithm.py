@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from prefixserving.api.defaults import effective_autoscaling
+from prefixserving.api.scaling import effective_autoscaling
 from prefixserving.api.types import AutoscalingSpec
 from prefixserving.autoscaling.hpa import (
     Autoscaler,

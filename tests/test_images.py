@@ -15,9 +15,10 @@ runs what the image runs, from the image's own files:
   ``vllm/vllm-openai`` image), then vLLM's own loader builds the class the operator passes to
   ``--scheduler-cls``.
 
-Not covered here: the base images themselves (Python 3.12 there, this machine's Python here;
-the vLLM 0.33 GPU image's packages) and the non-root user. ``e2e/images_smoke.sh`` runs the
-built images where Docker runs.
+Also: the non-root UID the router and operator Dockerfiles create is the one the rendered pods
+and the chart run as (``constants.IMAGE_UID``). Not covered here: the base images themselves
+(Python 3.12 there, this machine's Python here; the vLLM 0.33 GPU image's packages) and running
+as that user. ``e2e/images_smoke.sh`` runs the built images where Docker runs.
 """
 
 from __future__ import annotations
@@ -74,6 +75,44 @@ def dockerfile_of(image: str) -> Path:
 
 def test_every_image_has_a_dockerfile() -> None:
     assert {p.parent.name for p in DOCKERFILES} == {"engine", "router", "operator"}
+
+
+def _image_user(path: Path) -> tuple[int | None, int | None]:
+    """(``useradd --uid`` of the final stage, its ``USER``) of one Dockerfile; None when absent."""
+    commands = dockerfile.parse_file(str(path))
+    final = max(i for i, c in enumerate(commands) if c.cmd.lower() == "from")
+    uid = user = None
+    for command in commands[final:]:
+        text = " ".join(command.value)
+        if command.cmd.lower() == "run" and (found := re.search(r"useradd .*--uid (\d+)", text)):
+            uid = int(found.group(1))
+        if command.cmd.lower() == "user":
+            user = int(text.split(":")[0])
+    return uid, user
+
+
+def test_images_run_as_the_uid_the_pods_and_the_chart_set() -> None:
+    """One owner for the non-root UID (``constants.IMAGE_UID``): the router and operator
+    images create and switch to it, the rendered pods and the chart's Deployment run as it."""
+    for image in ("router", "operator"):
+        uid, user = _image_user(dockerfile_of(image))
+        assert (uid, user) == (constants.IMAGE_UID, constants.IMAGE_UID), image
+    chart = ROOT / "charts" / "prefixserving-operator" / "templates" / "deployment.yaml"
+    ids = re.findall(r"runAs(?:User|Group): (\d+)", chart.read_text())
+    assert ids and set(ids) == {str(constants.IMAGE_UID)}
+    pods = [o["spec"]["template"]["spec"] for o in rendered("warmup") if o["kind"] == "Deployment"]
+    contexts = [
+        context
+        for pod in pods
+        for context in [
+            pod.get("securityContext", {}),
+            *(c.get("securityContext", {}) for c in pod["containers"]),
+            *(c.get("securityContext", {}) for c in pod.get("initContainers", [])),
+        ]
+        if "runAsUser" in context
+    ]
+    assert len(contexts) == 2  # the router pod and the warm-up sidecar (router image)
+    assert {c["runAsUser"] for c in contexts} == {constants.IMAGE_UID}
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 import prometheus_client
 import pytest
 
-from prefixserving import constants
-from prefixserving.controller import metrics
+from prefixserving.api import lifecycle
+from prefixserving.controller import status_metrics
 from prefixserving.controller.kube import DEPLOYMENT
 from prefixserving.stack.prometheus import running_prometheus
 from prefixserving.testing import prefixserving_body as resource
@@ -140,20 +140,20 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
             assert figures["firstBlockNewFraction"] == pytest.approx(0.97, abs=1e-6)
             (hint,) = harness.prefixserving(NAMESPACE, NAME)["status"]["hints"]
             assert "97%" in hint and "timestamp" in hint and "tiny-llama" in hint
-            available = harness.condition(NAMESPACE, NAME, constants.COND_METRICS)
+            available = harness.condition(NAMESPACE, NAME, lifecycle.COND_METRICS)
             assert available is not None and available["status"] == "True"
 
             prom.stop()
             down = wait_for(
                 lambda: (
-                    (c := harness.condition(NAMESPACE, NAME, constants.COND_METRICS))
+                    (c := harness.condition(NAMESPACE, NAME, lifecycle.COND_METRICS))
                     and c["status"] == "False"
                     and c
                 ),
                 timeout_s=30,
                 what="MetricsAvailable=False",
             )
-            assert down["reason"] == constants.REASON_PROMETHEUS_UNAVAILABLE
+            assert down["reason"] == lifecycle.REASON_PROMETHEUS_UNAVAILABLE
             assert prom.url in down["message"]
 
             # The reconcile is unaffected: a spec change still rolls out.
@@ -174,7 +174,7 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
                 ),
                 what="observedGeneration with Prometheus down",
             )
-            degraded = harness.condition(NAMESPACE, NAME, constants.COND_DEGRADED)
+            degraded = harness.condition(NAMESPACE, NAME, lifecycle.COND_DEGRADED)
             assert degraded is not None and degraded["status"] == "False"
             assert metrics_of(harness)["kvCacheUsage"] == pytest.approx(0.4, abs=1e-6)
         finally:
@@ -200,8 +200,8 @@ def test_slow_prometheus_is_reported_within_the_timeout() -> None:
     url = f"http://127.0.0.1:{server.server_port}"
     try:
         started = time.monotonic()
-        with pytest.raises(metrics.MetricsUnavailable, match=r"did not answer within 0\.5s"):
-            metrics.query(url, NAMESPACE, NAME, timeout_s=0.5)
+        with pytest.raises(status_metrics.MetricsUnavailable, match=r"did not answer within 0\.5s"):
+            status_metrics.query(url, NAMESPACE, NAME, timeout_s=0.5)
         # Far from the 60 s the server holds its answer: the query gave up at its timeout.
         assert time.monotonic() - started < 30
     finally:
@@ -211,5 +211,5 @@ def test_slow_prometheus_is_reported_within_the_timeout() -> None:
 
 
 def test_unreachable_prometheus_names_the_address() -> None:
-    with pytest.raises(metrics.MetricsUnavailable, match=r"127\.0\.0\.1:9 is unreachable"):
-        metrics.query("http://127.0.0.1:9", NAMESPACE, NAME, timeout_s=1)
+    with pytest.raises(status_metrics.MetricsUnavailable, match=r"127\.0\.0\.1:9 is unreachable"):
+        status_metrics.query("http://127.0.0.1:9", NAMESPACE, NAME, timeout_s=1)

@@ -12,6 +12,7 @@ import jinja2
 import pytest
 
 from prefixserving import constants
+from prefixserving.api import lifecycle
 from prefixserving.api.validation import parse_resource
 from prefixserving.controller.handlers import reconcile as reconcile_module
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, POD
@@ -83,7 +84,7 @@ def test_create_makes_every_child_with_owner_references(harness: Harness) -> Non
         assert obj["spec"] == expected[ref]["spec"], ref
     status = harness.prefixserving("t-create", "create")["status"]
     assert status["routerEndpoint"] == "http://create-router.t-create.svc.cluster.local:8080"
-    degraded = harness.condition("t-create", "create", constants.COND_DEGRADED)
+    degraded = harness.condition("t-create", "create", lifecycle.COND_DEGRADED)
     assert degraded is not None and degraded["status"] == "False"
 
 
@@ -248,8 +249,8 @@ def test_invalid_spec_creates_nothing_and_leaves_others_alone(harness: Harness) 
     wait_for(lambda: reconciled(harness, "t-invalid", "good"), what="good reconciled")
     ready = wait_for(
         lambda: (
-            (c := harness.condition("t-invalid", "bad", constants.COND_READY))
-            and c["reason"] == constants.REASON_INVALID_SPEC
+            (c := harness.condition("t-invalid", "bad", lifecycle.COND_READY))
+            and c["reason"] == lifecycle.REASON_INVALID_SPEC
             and c
         ),
         what="InvalidSpec",
@@ -263,7 +264,7 @@ def test_invalid_spec_creates_nothing_and_leaves_others_alone(harness: Harness) 
         expected_children(harness, "t-invalid", "good")
     )
     assert any(
-        e["reason"] == constants.REASON_INVALID_SPEC for e in harness.events("t-invalid", "bad")
+        e["reason"] == lifecycle.REASON_INVALID_SPEC for e in harness.events("t-invalid", "bad")
     )
 
     # Fixing the spec creates the children.
@@ -289,15 +290,15 @@ def test_a_renderer_crash_stays_on_its_resource(
     wait_for(lambda: reconciled(harness, "t-crash", "fine"), what="fine reconciled")
     degraded = wait_for(
         lambda: (
-            (c := harness.condition("t-crash", "crash", constants.COND_DEGRADED))
-            and c["reason"] == constants.REASON_RENDER_FAILED
+            (c := harness.condition("t-crash", "crash", lifecycle.COND_DEGRADED))
+            and c["reason"] == lifecycle.REASON_RENDER_FAILED
             and c
         ),
         what="RenderFailed",
     )
     assert degraded["status"] == "True"
     assert "UndefinedError: 'engine' is undefined" in degraded["message"]
-    ready = harness.condition("t-crash", "crash", constants.COND_READY)
+    ready = harness.condition("t-crash", "crash", lifecycle.COND_READY)
     assert ready is not None and ready["status"] == "False"
     assert harness.children("t-crash", "crash") == {}
     assert set(harness.children("t-crash", "fine")) == set(
@@ -318,8 +319,8 @@ def test_keda_missing_reports_scaler_missing_until_installed(harness: Harness) -
     harness.create(body)
     degraded = wait_for(
         lambda: (
-            (c := harness.condition("t-keda", "keda", constants.COND_DEGRADED))
-            and c["reason"] == constants.REASON_SCALER_MISSING
+            (c := harness.condition("t-keda", "keda", lifecycle.COND_DEGRADED))
+            and c["reason"] == lifecycle.REASON_SCALER_MISSING
             and c
         ),
         what="ScalerMissing",
@@ -333,7 +334,7 @@ def test_keda_missing_reports_scaler_missing_until_installed(harness: Harness) -
     wait_for(lambda: harness.get(scaled, "t-keda", "keda-engine"), what="ScaledObject created")
     wait_for(
         lambda: (
-            (harness.condition("t-keda", "keda", constants.COND_DEGRADED) or {}).get("status")
+            (harness.condition("t-keda", "keda", lifecycle.COND_DEGRADED) or {}).get("status")
             == "False"
         ),
         what="Degraded cleared",
@@ -358,8 +359,8 @@ def test_refused_child_degrades_naming_the_object_and_message(harness: Harness) 
         harness.create(resource("refuse", "t-refuse"))
         degraded = wait_for(
             lambda: (
-                (c := harness.condition("t-refuse", "refuse", constants.COND_DEGRADED))
-                and c["reason"] == constants.REASON_CHILD_REJECTED
+                (c := harness.condition("t-refuse", "refuse", lifecycle.COND_DEGRADED))
+                and c["reason"] == lifecycle.REASON_CHILD_REJECTED
                 and c
             ),
             what="ChildRejected",
@@ -377,9 +378,9 @@ def test_ready_follows_the_children(harness: Harness) -> None:
     )
     wait_for(lambda: reconciled(harness, "t-ready", "ready"), what="reconcile")
     ready = wait_for(
-        lambda: harness.condition("t-ready", "ready", constants.COND_READY), what="Ready"
+        lambda: harness.condition("t-ready", "ready", lifecycle.COND_READY), what="Ready"
     )
-    assert ready["status"] == "False" and ready["reason"] == constants.REASON_ENGINE_UNAVAILABLE
+    assert ready["status"] == "False" and ready["reason"] == lifecycle.REASON_ENGINE_UNAVAILABLE
 
     # Emulate the Deployment controller and the kubelet: two engine pods, one warmed up.
     labels = {
@@ -427,14 +428,14 @@ def test_ready_follows_the_children(harness: Harness) -> None:
         )
     wait_for(
         lambda: (
-            (harness.condition("t-ready", "ready", constants.COND_READY) or {}).get("status")
+            (harness.condition("t-ready", "ready", lifecycle.COND_READY) or {}).get("status")
             == "True"
         ),
         what="Ready=True",
     )
     status = harness.prefixserving("t-ready", "ready")["status"]
     assert (status["replicas"], status["readyReplicas"], status["warmReplicas"]) == (2, 2, 1)
-    progressing = harness.condition("t-ready", "ready", constants.COND_PROGRESSING)
+    progressing = harness.condition("t-ready", "ready", lifecycle.COND_PROGRESSING)
     assert progressing is not None and progressing["status"] == "False"
 
 
@@ -445,7 +446,7 @@ def test_missing_policy_is_reported_until_it_is_created(harness: Harness) -> Non
     harness.create(body)
     degraded = wait_for(
         lambda: (
-            (c := harness.condition("t-late", "late", constants.COND_DEGRADED))
+            (c := harness.condition("t-late", "late", lifecycle.COND_DEGRADED))
             and c["reason"] == "PolicyNotFound"
             and c
         ),
@@ -469,7 +470,7 @@ def test_missing_policy_is_reported_until_it_is_created(harness: Harness) -> Non
     )
     wait_for(
         lambda: (
-            (harness.condition("t-late", "late", constants.COND_DEGRADED) or {}).get("status")
+            (harness.condition("t-late", "late", lifecycle.COND_DEGRADED) or {}).get("status")
             == "False"
         ),
         what="Degraded cleared",

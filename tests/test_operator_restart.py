@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from prefixserving import constants
+from prefixserving.api import lifecycle
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
 from prefixserving.testing import prefixserving_body as resource
@@ -67,7 +67,7 @@ def test_restart_mid_reconcile_converges_without_duplicates(
     for ref, obj in children.items():
         owners = obj["metadata"]["ownerReferences"]
         assert len(owners) == 1 and owners[0]["uid"] == created["metadata"]["uid"], ref
-    degraded = harness.condition("t-restart", "mid", constants.COND_DEGRADED)
+    degraded = harness.condition("t-restart", "mid", lifecycle.COND_DEGRADED)
     assert degraded is not None and degraded["status"] == "False"
     # The server holds exactly the PrefixServing and its children, nothing else.
     store = harness.emulator.server.store

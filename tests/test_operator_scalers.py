@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixserving import constants
+from prefixserving.api import lifecycle
 from prefixserving.controller.kube import KINDS
 from prefixserving.testing import prefixserving_body as resource
 from prefixserving.testing import wait_for
@@ -33,8 +33,8 @@ def test_hpa_backend_without_custom_metrics_api_is_scaler_missing(harness: Harne
     harness.create(body)
     degraded = wait_for(
         lambda: (
-            (c := harness.condition("t-hpa", "hpa", constants.COND_DEGRADED))
-            and c["reason"] == constants.REASON_SCALER_MISSING
+            (c := harness.condition("t-hpa", "hpa", lifecycle.COND_DEGRADED))
+            and c["reason"] == lifecycle.REASON_SCALER_MISSING
             and c
         ),
         what="ScalerMissing",
@@ -44,7 +44,7 @@ def test_hpa_backend_without_custom_metrics_api_is_scaler_missing(harness: Harne
     assert "prometheusAdapterRules.enabled=true" in degraded["message"]
     assert harness.get(HPA, "t-hpa", "hpa-engine") is not None
     warnings = [e for e in harness.events("t-hpa", "hpa") if e["type"] == "Warning"]
-    assert any(e["reason"] == constants.REASON_SCALER_MISSING for e in warnings)
+    assert any(e["reason"] == lifecycle.REASON_SCALER_MISSING for e in warnings)
 
 
 def test_namespaced_operator_leaves_other_namespaces_alone(tmp_path: Path) -> None:

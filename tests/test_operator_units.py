@@ -7,9 +7,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from prefixserving import constants
 from prefixserving.controller import cli, settings
-from prefixserving.controller import conditions as cond
 from prefixserving.controller.drift import drifted
 
 
@@ -78,33 +76,6 @@ def test_cli_all_namespaces_and_conflicts(monkeypatch: pytest.MonkeyPatch) -> No
     assert result.exit_code == 0 and chosen is not None and chosen.all_namespaces
     result, chosen = run_cli(monkeypatch, "--all-namespaces", "--namespace", "x")
     assert result.exit_code == 2 and chosen is None and "either --namespace" in result.output
-
-
-def test_condition_transitions_keep_time_when_status_holds() -> None:
-    first, transitions = cond.apply(
-        [], [cond.Condition(constants.COND_READY, False, "EngineUnavailable", "0/2")], 1, "t1"
-    )
-    assert [t.warning for t in transitions] == [True]
-    second, transitions = cond.apply(
-        first, [cond.Condition(constants.COND_READY, False, "EngineUnavailable", "1/2")], 1, "t2"
-    )
-    assert transitions == [] and second[0]["lastTransitionTime"] == "t1"
-    assert second[0]["message"] == "1/2"
-    third, transitions = cond.apply(
-        second,
-        [
-            cond.Condition(constants.COND_READY, True, "AllReplicasReady"),
-            cond.Condition(constants.COND_DEGRADED, False, "Reconciled"),
-        ],
-        2,
-        "t3",
-    )
-    assert [(t.condition.type, t.warning) for t in transitions] == [
-        (constants.COND_READY, False),
-        (constants.COND_DEGRADED, False),
-    ]
-    assert [c["type"] for c in third] == [constants.COND_READY, constants.COND_DEGRADED]
-    assert third[0]["lastTransitionTime"] == "t3" and third[0]["observedGeneration"] == 2
 
 
 def test_drift_ignores_what_others_add_and_finds_what_changed() -> None:

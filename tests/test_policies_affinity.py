@@ -7,9 +7,14 @@ import random
 import pytest
 
 from prefixserving import constants
-from prefixserving.router.keys import KeyConfig
-from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
-from prefixserving.router.policies.keying import PrefixKeyParams, PrefixKeySelector
+from prefixserving.router.policies.base import (
+    BackendLoad,
+    DecisionReason,
+    RoutingContext,
+    RoutingPolicy,
+    route,
+)
+from prefixserving.router.policies.key_choice import PrefixKeyParams, PrefixKeySelector
 from prefixserving.router.policies.prefix_affinity import (
     PrefixAffinityConfig,
     PrefixAffinityPolicy,
@@ -17,8 +22,14 @@ from prefixserving.router.policies.prefix_affinity import (
 from prefixserving.router.policies.ranking import rendezvous_rank
 from prefixserving.router.policies.registry import POLICY_NAMES, make_policy
 from prefixserving.router.policies.two_choice import TwoChoicePolicy
+from prefixserving.router.prefix_hashing import KeyConfig
 
 BACKENDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
+
+
+def _ranking(policy: RoutingPolicy, blocks: tuple[int, ...]) -> tuple[str, ...]:
+    """The policy's order of preference for ``blocks`` when every backend is idle."""
+    return policy.select(RoutingContext(blocks, BACKENDS)).candidates
 
 
 def _traffic(seed: int, count: int) -> list[RoutingContext]:
@@ -49,7 +60,7 @@ def test_shared_prefix_sticks_to_one_backend_when_idle() -> None:
     for i in range(400):
         # 10 requests of one conversation among 390 others: not hot, so it stays together.
         blocks = (42, 43, i) if i % 40 == 0 else (10_000 + i, 1)
-        decision = policy.select(RoutingContext(blocks, BACKENDS))
+        decision = route(policy, RoutingContext(blocks, BACKENDS))
         if blocks[0] == 42:
             chosen.add(decision)
     assert len(chosen) == 1
@@ -60,7 +71,7 @@ def test_distinct_prefixes_spread() -> None:
     policy = PrefixAffinityPolicy()
     counts: dict[str, int] = {}
     for first in range(800):
-        backend = policy.select(RoutingContext((first * 7919 + 3, 1), BACKENDS)).backend
+        backend = route(policy, RoutingContext((first * 7919 + 3, 1), BACKENDS)).backend
         counts[backend] = counts.get(backend, 0) + 1
     assert set(counts) == set(BACKENDS)
     assert max(counts.values()) < 2 * 800 / len(BACKENDS)
@@ -69,12 +80,12 @@ def test_distinct_prefixes_spread() -> None:
 def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
     policy = make_policy("prefix_affinity", load_slack=0)
     blocks = (7, 8, 9)
-    ranking = policy.rank(blocks, BACKENDS)
+    ranking = _ranking(policy, blocks)
     # Mean load 2: capacity = ceil(1.25 * 17 / 8) = 3; the first choice already has 3.
     loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
     loads[ranking[0]] = BackendLoad(in_flight=3)
     loads[ranking[1]] = BackendLoad(in_flight=1)
-    decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
+    decision = route(policy, RoutingContext(blocks, BACKENDS, loads))
     assert decision.backend == ranking[1]
     assert decision.reason is DecisionReason.SPILLED
 
@@ -82,40 +93,76 @@ def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
 def test_slack_keeps_affinity_for_small_absolute_gaps() -> None:
     policy = make_policy("prefix_affinity", load_slack=4)
     blocks = (7, 8, 9)
-    ranking = policy.rank(blocks, BACKENDS)
+    ranking = _ranking(policy, blocks)
     loads = {b: BackendLoad(in_flight=1) for b in BACKENDS}
     loads[ranking[0]] = BackendLoad(in_flight=5)  # mean after = 13/8; 5 < 13/8 + 4
-    assert policy.select(RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.AFFINITY
+    assert route(policy, RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.AFFINITY
     loads[ranking[0]] = BackendLoad(in_flight=6)
-    assert policy.select(RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.SPILLED
+    assert route(policy, RoutingContext(blocks, BACKENDS, loads)).reason is DecisionReason.SPILLED
 
 
 def test_keeps_affinity_within_the_bound() -> None:
     policy = PrefixAffinityPolicy()
     blocks = (7, 8, 9)
-    ranking = policy.rank(blocks, BACKENDS)
+    ranking = _ranking(policy, blocks)
     loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
     loads[ranking[0]] = BackendLoad(in_flight=2, waiting=0, kv_usage=0.0)
-    decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
-    assert decision == (ranking[0], DecisionReason.AFFINITY)
+    decision = route(policy, RoutingContext(blocks, BACKENDS, loads))
+    assert decision[:2] == (ranking[0], DecisionReason.AFFINITY)
 
 
 def test_fallback_to_least_loaded_after_spill_ranks() -> None:
     policy = make_policy("prefix-affinity", spill_ranks=2, load_slack=0)
     blocks = (7, 8, 9)
-    ranking = policy.rank(blocks, BACKENDS)
+    ranking = _ranking(policy, blocks)
     loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
     loads[ranking[0]] = BackendLoad(in_flight=4)
     loads[ranking[1]] = BackendLoad(in_flight=4)
     loads[ranking[5]] = BackendLoad(in_flight=0, kv_usage=0.2)
+    decision = route(policy, RoutingContext(blocks, BACKENDS, loads))
+    assert decision[:2] == (ranking[5], DecisionReason.FALLBACK)
+
+
+def test_fallbacks_are_the_next_ranks_within_the_bound_then_the_least_loaded() -> None:
+    policy = make_policy("prefix_affinity", load_slack=0)
+    blocks = (7, 8, 9)
+    ranking = _ranking(policy, blocks)
+    # Mean after this request 20/8: capacity ceil(1.25 * 20 / 8) = 4. Ranks 0 and 2 are over.
+    loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
+    loads[ranking[0]] = BackendLoad(in_flight=4)
+    loads[ranking[2]] = BackendLoad(in_flight=5)
+    loads[ranking[6]] = BackendLoad(in_flight=0)
     decision = policy.select(RoutingContext(blocks, BACKENDS, loads))
-    assert decision == (ranking[5], DecisionReason.FALLBACK)
+    assert decision[:2] == (ranking[1], DecisionReason.SPILLED)
+    # No other rank within spill_ranks is within the bound: the rest by load, ties by rank.
+    rest = [b for b in ranking if b not in (ranking[1], ranking[6], ranking[0], ranking[2])]
+    assert decision.fallbacks == (ranking[6], *rest, ranking[0], ranking[2])
+
+
+def test_a_read_before_the_count_sees_the_counts_the_count_leaves() -> None:
+    """``select`` reads the key as it will be once the request is counted (``on_routed``):
+    the shares it uses are exactly, bit for bit, those the count leaves, through slot
+    collisions, a block repeated in one request and the sketch's rescaling."""
+    params = PrefixKeyParams(window_requests=2, sketch_width=64, min_requests=1)  # rescales
+    selector = PrefixKeySelector(params)
+    rng = random.Random(4)
+    for _ in range(600):
+        blocks = tuple(rng.randrange(40) for _ in range(rng.randrange(1, 6)))
+        n = rng.randrange(1, 9)
+        depth, choice = selector.depth(blocks, n), selector.choose(blocks, n)
+        selector.observe(blocks)
+        shares = [selector.share(block) for block in blocks]
+        hot = [share > selector.threshold(n) for share in shares]
+        assert depth == (hot.index(False) if False in hot else len(blocks) - 1)
+        assert choice is not None and choice.key == blocks[depth]
+        if choice.parent is None:
+            assert choice.weight == shares[depth]
 
 
 def test_fractional_loads_keep_affinity_at_low_load() -> None:
     policy = PrefixAffinityPolicy()
     loads = {b: BackendLoad(kv_usage=0.01 * i) for i, b in enumerate(BACKENDS)}
-    decision = policy.select(RoutingContext((1, 2), BACKENDS, loads))
+    decision = route(policy, RoutingContext((1, 2), BACKENDS, loads))
     assert decision.reason is DecisionReason.AFFINITY
 
 
@@ -123,8 +170,8 @@ def test_request_without_blocks_goes_to_least_loaded() -> None:
     loads = {b: BackendLoad(in_flight=3) for b in BACKENDS}
     loads[BACKENDS[5]] = BackendLoad(in_flight=0)
     for name in ("prefix_affinity", "two_choice"):
-        decision = make_policy(name).select(RoutingContext((), BACKENDS, loads))
-        assert decision == (BACKENDS[5], DecisionReason.BALANCE)
+        decision = route(make_policy(name), RoutingContext((), BACKENDS, loads))
+        assert decision[:2] == (BACKENDS[5], DecisionReason.BALANCE)
 
 
 def test_a_join_moves_about_one_in_n_keys_all_to_the_newcomer() -> None:
@@ -154,7 +201,7 @@ def test_hot_first_block_is_split_by_the_next_block() -> None:
     owners: dict[int, set[str]] = {}
     for i in range(2000):
         doc = rng.randrange(64)
-        backend = policy.select(RoutingContext((77, 10_000 + doc, 20_000 + i), BACKENDS)).backend
+        backend = route(policy, RoutingContext((77, 10_000 + doc, 20_000 + i), BACKENDS)).backend
         if i >= 200:
             owners.setdefault(doc, set()).add(backend)
     assert all(len(backends) == 1 for backends in owners.values())
@@ -169,11 +216,11 @@ def test_routers_fed_different_halves_agree_on_prefixes_away_from_the_threshold(
     for i in range(3000):
         doc = rng.randrange(100)  # 1% each: far below 0.5 / 8
         ctx = RoutingContext((5, 6, 1000 + doc, 50_000 + i), BACKENDS)  # 5, 6: everyone's
-        (first if rng.random() < 0.5 else second).select(ctx)
+        route(first if rng.random() < 0.5 else second, ctx)
     for doc in range(100):
         blocks = (5, 6, 1000 + doc, 1)
-        assert first.rank(blocks, BACKENDS) == second.rank(blocks, BACKENDS)
-        assert first.keys.depth(blocks, len(BACKENDS)) == 2
+        assert _ranking(first, blocks) == _ranking(second, blocks)
+        assert first.selector.depth(blocks, len(BACKENDS)) == 2
 
 
 def test_key_depth_follows_popularity() -> None:
@@ -208,21 +255,21 @@ def test_two_choice_uses_only_its_two_candidates() -> None:
     assert len(set(pair)) == 2
     for _ in range(200):
         loads = {b: BackendLoad(in_flight=rng.randrange(10)) for b in BACKENDS}
-        assert policy.select(RoutingContext(blocks, BACKENDS, loads)).backend in pair
+        assert route(policy, RoutingContext(blocks, BACKENDS, loads)).backend in pair
 
 
 def test_two_choice_keeps_affinity_then_spills_to_the_other_candidate() -> None:
     policy = make_policy("two_choice", load_slack=0)
     blocks = (31, 32)
-    first = policy.select(RoutingContext(blocks, BACKENDS))
+    first = route(policy, RoutingContext(blocks, BACKENDS))
     assert first.reason is DecisionReason.BALANCE
-    again = policy.select(RoutingContext(blocks, BACKENDS))
-    assert again == (first.backend, DecisionReason.AFFINITY)
+    again = route(policy, RoutingContext(blocks, BACKENDS))
+    assert again[:2] == (first.backend, DecisionReason.AFFINITY)
     other = next(b for b in TwoChoicePolicy.candidates(31, BACKENDS) if b != first.backend)
     loads = {b: BackendLoad(in_flight=1) for b in BACKENDS}
     loads[first.backend] = BackendLoad(in_flight=6)
-    spilled = policy.select(RoutingContext(blocks, BACKENDS, loads))
-    assert spilled == (other, DecisionReason.SPILLED)
+    spilled = route(policy, RoutingContext(blocks, BACKENDS, loads))
+    assert spilled[:2] == (other, DecisionReason.SPILLED)
 
 
 def test_a_heavy_key_spills_where_a_light_key_stays() -> None:
@@ -232,13 +279,13 @@ def test_a_heavy_key_spills_where_a_light_key_stays() -> None:
     policy = make_policy("prefix_affinity", load_slack=0)
     for i in range(900):
         blocks = (77, 78) if i % 25 == 0 else (10_000 + i, 1)
-        policy.select(RoutingContext(blocks, BACKENDS))
+        route(policy, RoutingContext(blocks, BACKENDS))
 
     def decide(blocks: tuple[int, ...]) -> DecisionReason:
-        home = policy.rank(blocks, BACKENDS)[0]
+        home = _ranking(policy, blocks)[0]
         loads = {b: BackendLoad(in_flight=4) for b in BACKENDS}
         loads[home] = BackendLoad(in_flight=8)  # mean after 37/8: heavy cap 6, light cap 9
-        return policy.select(RoutingContext(blocks, BACKENDS, loads)).reason
+        return route(policy, RoutingContext(blocks, BACKENDS, loads)).reason
 
     assert decide((77, 78)) is DecisionReason.SPILLED
     assert decide((555_555, 1)) is DecisionReason.AFFINITY
@@ -272,7 +319,7 @@ def test_a_hot_document_lives_on_as_many_backends_as_it_needs() -> None:
         else:
             doc = 1000 + rng.randrange(100)
             blocks = (5, 6, doc, doc + 1, 50_000 + i)
-        backend = policy.select(RoutingContext(blocks, BACKENDS)).backend
+        backend = route(policy, RoutingContext(blocks, BACKENDS)).backend
         if i % 5 == 0 and i >= 1000:
             used.add(backend)
     assert used == set(rendezvous_rank(900, BACKENDS)[:4])
@@ -292,8 +339,8 @@ def test_routers_with_different_in_flight_counts_agree_on_engine_counts() -> Non
         loads_b = {
             b: BackendLoad(int(running[b]) - mine[b], 1.0, 0.3, running[b]) for b in BACKENDS
         }
-        a = first.select(RoutingContext(blocks, BACKENDS, loads_a))
-        b = second.select(RoutingContext(blocks, BACKENDS, loads_b))
+        a = route(first, RoutingContext(blocks, BACKENDS, loads_a))
+        b = route(second, RoutingContext(blocks, BACKENDS, loads_b))
         assert a == b, i
         choices.append(a.reason)
     assert DecisionReason.SPILLED in choices  # the loads did push some requests off home

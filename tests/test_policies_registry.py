@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from prefixserving.router.policies import least_loaded, prefix_affinity, round_robin, two_choice
-from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
+from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext, route
 from prefixserving.router.policies.registry import POLICY_NAMES, canonical_name, make_policy
 
 BACKENDS = ("a:1", "b:1", "c:1")
@@ -52,7 +54,7 @@ def test_unknown_or_invalid_parameter_is_rejected() -> None:
 
 def test_round_robin_cycles_over_the_current_backends() -> None:
     policy = make_policy("round-robin")
-    picks = [policy.select(RoutingContext((1,), BACKENDS)).backend for _ in range(6)]
+    picks = [route(policy, RoutingContext((1,), BACKENDS)).backend for _ in range(6)]
     assert picks == list(BACKENDS) * 2
 
 
@@ -63,15 +65,15 @@ def test_least_loaded_uses_all_three_signals() -> None:
         "b:1": BackendLoad(in_flight=0, waiting=2),
         "c:1": BackendLoad(in_flight=0, kv_usage=0.9),
     }
-    decision = policy.select(RoutingContext((1,), BACKENDS, loads))
-    assert decision == ("a:1", DecisionReason.BALANCE)
+    decision = route(policy, RoutingContext((1,), BACKENDS, loads))
+    assert decision[:2] == ("a:1", DecisionReason.BALANCE)
     loads["a:1"] = BackendLoad(in_flight=2)
-    assert policy.select(RoutingContext((1,), BACKENDS, loads)).backend == "c:1"
+    assert route(policy, RoutingContext((1,), BACKENDS, loads)).backend == "c:1"
 
 
 def test_least_loaded_rotates_among_equals() -> None:
     policy = make_policy("least-loaded")
-    picks = {policy.select(RoutingContext((), BACKENDS)).backend for _ in range(3)}
+    picks = {route(policy, RoutingContext((), BACKENDS)).backend for _ in range(3)}
     assert picks == set(BACKENDS)
 
 
@@ -79,3 +81,38 @@ def test_least_loaded_rotates_among_equals() -> None:
 def test_no_backends_is_an_error(name: str) -> None:
     with pytest.raises(ValueError, match="no backends"):
         make_policy(name).select(RoutingContext((1,), ()))
+
+
+def _traffic(seed: int, count: int) -> list[RoutingContext]:
+    """Requests of 20 prefixes over the four backends, with small random loads (so that
+    backends often tie and a rotation decides)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        loads = {b: BackendLoad(in_flight=rng.randrange(3)) for b in BACKENDS}
+        out.append(RoutingContext((rng.randrange(20), rng.randrange(3)), BACKENDS, loads))
+    return out
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_select_changes_no_state(name: str) -> None:
+    """Two copies route the same requests; one is also asked about other requests in between
+    (as the hot-prefix endpoint asks): their decisions stay the same."""
+    routed, asked = make_policy(name), make_policy(name)
+    questions = _traffic(2, 300)
+    for ctx, question in zip(_traffic(1, 300), questions, strict=True):
+        asked.select(question)
+        assert asked.select(question) == asked.select(question)
+        assert route(asked, ctx) == route(routed, ctx)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_fallbacks_are_other_healthy_backends_without_repeats(name: str) -> None:
+    policy = make_policy(name)
+    for ctx in _traffic(3, 200):
+        candidates = route(policy, ctx).candidates
+        assert len(set(candidates)) == len(candidates) and set(candidates) <= set(BACKENDS)
+        if name == "two_choice":  # only its two candidates, as in DualMap
+            assert len(candidates) == 2
+        else:
+            assert sorted(candidates) == sorted(BACKENDS)

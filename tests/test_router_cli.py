@@ -177,5 +177,5 @@ def test_prefix_blocks_also_sets_the_policys_key_depth() -> None:
         RouterSettings(backends=("http://127.0.0.1:1",), prefix_blocks=48, block_chars=128)
     )
     policy = app.router.policy
-    assert policy.keys.params.max_depth_blocks == 48
+    assert policy.selector.params.max_depth_blocks == 48
     assert app.router.key_config.prefix_blocks == 48

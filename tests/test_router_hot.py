@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from prefixserving.router.hot import HotPrefixes
-from prefixserving.router.keys import KeyConfig, chat_key, completion_key
-from prefixserving.router.policies.base import RoutingContext
+from prefixserving.router.policies.base import RoutingContext, home, route
 from prefixserving.router.policies.registry import make_policy
+from prefixserving.router.prefix_hashing import KeyConfig, chat_key, completion_key
 
 CONFIG = KeyConfig(block_chars=16, prefix_blocks=8)
 
@@ -113,7 +113,7 @@ def test_owned_by_matches_the_policy_ranking_with_the_member_added() -> None:
             body = doc_request(doc, question)
             key = chat_key(body, CONFIG)
             hot.observe(key, body)
-            policy.select(RoutingContext(key.blocks, tuple(backends)))
+            route(policy, RoutingContext(key.blocks, tuple(backends)))
     member = "http://10.0.0.3:8000"
     owned = hot.owned_by(member, backends, policy, limit=1024)
     everything = hot.top(1024)
@@ -123,5 +123,5 @@ def test_owned_by_matches_the_policy_ranking_with_the_member_added() -> None:
     members = sorted([*backends, member])
     for row in everything:
         blocks = chat_key(row.body, CONFIG).blocks
-        assert (row in owned) == (policy.rank(blocks, members)[0] == member)
+        assert (row in owned) == (home(policy, blocks, members) == member)
     assert hot.owned_by(member, backends, make_policy("round-robin")) == []

@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from prefixserving.router.hygiene import Cause, PrefixHygiene
-from prefixserving.router.keys import KeyConfig, chat_key, completion_key
+from prefixserving.router.prefix_hashing import KeyConfig, chat_key, completion_key
 
 CONFIG = KeyConfig()
 SYSTEM = "You are the support assistant of ACME. Answer briefly and politely. " * 4

@@ -11,6 +11,12 @@ import uvicorn
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.fake_engine import serving
+from prefixserving.router.policies.base import (
+    Decision,
+    DecisionReason,
+    RoutingContext,
+    RoutingPolicy,
+)
 from prefixserving.testing import wait_for_async
 from router_support import (
     FAST_POOL,
@@ -98,6 +104,29 @@ async def test_5xx_before_first_byte_is_retried_once_on_the_next_backend() -> No
         assert len(first.received) == len(second.received) == 1
         text = (await r.client.get("/metrics")).text
         assert metric_value(text, "prefixserving_router_retries_total", reason="server_error") == 1
+
+
+class _ReversePolicy(RoutingPolicy):
+    """The first backend in sorted order, then the others in reverse: a fallback order no
+    ranking by URL would give."""
+
+    name = "reverse"
+
+    def select(self, ctx: RoutingContext) -> Decision:
+        first, *rest = sorted(ctx.backends)
+        return Decision(first, DecisionReason.AFFINITY, tuple(reversed(rest)))
+
+
+async def test_the_retry_goes_to_the_first_fallback_of_the_decision() -> None:
+    async with (
+        fake_engines(3) as engines,
+        running_router([u for _, u in engines], policy=_ReversePolicy()) as r,
+    ):
+        first, middle, last = (engine for engine, _ in sorted(engines, key=lambda e: e[1]))
+        first.fail_next = 1
+        response = await r.client.post("/v1/completions", json=completion("a"))
+        assert response.status_code == 200 and response.json()["backend"] == last.name
+        assert (len(first.received), len(middle.received), len(last.received)) == (1, 0, 1)
 
 
 async def test_connection_dropped_before_first_byte_is_retried() -> None:

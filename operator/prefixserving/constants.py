@@ -1,5 +1,7 @@
-"""Every name the project shares across components: API group, kinds, labels, ports, condition
-types and reasons, handler ids. Handler ids are never renamed: kopf stores progress under them."""
+"""Every name the project shares across components: API group, kinds, labels, ports, images,
+handler ids, environment variables, router paths and metric names read by other components.
+Handler ids are never renamed: kopf stores progress under them. Condition types and reasons
+are in ``prefixserving.api.lifecycle``, API defaults in ``prefixserving.api.defaults``."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ IMAGE_REGISTRY: Final = "ghcr.io/prefixserving"
 ENGINE_IMAGE: Final = f"{IMAGE_REGISTRY}/engine:{PROJECT_VERSION}"
 ROUTER_IMAGE: Final = f"{IMAGE_REGISTRY}/router:{PROJECT_VERSION}"
 OPERATOR_IMAGE: Final = f"{IMAGE_REGISTRY}/operator:{PROJECT_VERSION}"
+# The non-root user the router (also the warm-up sidecar) and operator images run as: their
+# Dockerfiles' ``useradd --uid`` and ``USER``, the rendered pods' ``runAsUser`` and the chart's
+# operator Deployment (tests/test_images.py compares them).
+IMAGE_UID: Final = 65532
 
 # Labels on every child object.
 LABEL_NAME: Final = "app.kubernetes.io/name"
@@ -50,21 +56,6 @@ PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"
 
 # Server-side apply field manager of the operator.
 FIELD_MANAGER: Final = "prefixserving-operator"
-
-# Condition types and reasons.
-COND_READY: Final = "Ready"
-COND_PROGRESSING: Final = "Progressing"
-COND_DEGRADED: Final = "Degraded"
-COND_METRICS: Final = "MetricsAvailable"
-REASON_INVALID_SPEC: Final = "InvalidSpec"
-REASON_ENGINE_UNAVAILABLE: Final = "EngineUnavailable"
-REASON_ROUTER_UNAVAILABLE: Final = "RouterUnavailable"
-REASON_SCALER_MISSING: Final = "ScalerMissing"
-REASON_CHILD_REJECTED: Final = "ChildRejected"
-REASON_RENDER_FAILED: Final = "RenderFailed"
-REASON_PROMETHEUS_UNAVAILABLE: Final = "PrometheusUnavailable"
-REASON_READY: Final = "AllReplicasReady"
-REASON_ROLLING_OUT: Final = "RollingOut"
 
 # kopf handler ids.
 HANDLER_RECONCILE: Final = "reconcile"

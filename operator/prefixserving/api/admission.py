@@ -100,7 +100,7 @@ KNOWN_KEYS = {
 NOT_IN_JUNCTORS = ("description", "title", "type", "default", "additionalProperties", "nullable")
 INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 SCALARS = ("string", "integer", "number", "boolean")
-TYPES_FIX = "Field(max_length=...) on the field in api/types.py"
+TYPES_FIX = "Field(max_length=...) on the field in api/types.py (spec) or api/status.py (status)"
 
 
 @dataclass(frozen=True)

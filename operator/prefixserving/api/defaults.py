@@ -1,30 +1,21 @@
-"""Every default of the API, in one place, and the resolution of the effective autoscaling block.
+"""Every default of the API, in one place: values only, no logic.
 
 The models in ``types.py`` take their field defaults from here, so the CRD (generated from the
-models) and the Python side always agree. Autoscaling tunables are the exception: they have no
+models) and the Python side always agree, and a description that mentions a default is written
+from here too (``fields.with_default``). Autoscaling tunables are the exception: they have no
 schema default, because a value left unset in ``spec.autoscaling`` falls back to the referenced
-``ScalingPolicy`` first and only then to the defaults below (``effective_autoscaling``).
+``ScalingPolicy`` first and only then to the defaults below (``scaling.effective_autoscaling``).
+Engine scheduler defaults are PEEK's own (``prefixserving.peek``), named here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from prefixserving import constants
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
 from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
-
-if TYPE_CHECKING:
-    from prefixserving.api.types import (
-        AutoscalingSpec,
-        PrefixServingSpec,
-        ScalingParameters,
-        ScalingPolicySpec,
-        ScalingRules,
-    )
 
 NAMESPACE: Final = "default"
 
@@ -107,96 +98,3 @@ HIT_RATE_DROP_FRACTION: Final = 0.3
 STARTUP_GRACE_S: Final = 600
 FIRST_BLOCK_NEW_THRESHOLD: Final = 0.9
 PREEMPTIONS_PER_S: Final = 1.0
-
-
-@dataclass(frozen=True)
-class ScalingBehavior:
-    """One direction of HPA behaviour, fully resolved: stabilization window and rate limits."""
-
-    stabilization_window_s: int
-    pods: int
-    percent: int
-    period_s: int
-
-
-@dataclass(frozen=True)
-class EffectiveAutoscaling:
-    """``spec.autoscaling`` merged with its ``ScalingPolicy`` and the defaults; nothing unset.
-
-    ``policy_name`` names the ScalingPolicy that contributed values (None when there is none).
-    """
-
-    enabled: bool
-    backend: str
-    min_replicas: int
-    max_replicas: int
-    target_kv_cache_usage: float
-    target_queue_depth: float
-    signals: tuple[str, ...]
-    prometheus_url: str
-    polling_interval_s: int
-    cooldown_period_s: int
-    scale_up: ScalingBehavior
-    scale_down: ScalingBehavior
-    policy_name: str | None
-
-
-def _pick(layers: Sequence[object | None], attr: str, default: Any) -> Any:
-    """``attr`` of the first layer that has it set (not None), else ``default``."""
-    for layer in layers:
-        value = getattr(layer, attr) if layer is not None else None
-        if value is not None:
-            return value
-    return default
-
-
-def _rules(layers: Sequence[ScalingRules | None], default: ScalingBehavior) -> ScalingBehavior:
-    """Resolve one scaling direction field by field: spec, then policy, then default."""
-    return ScalingBehavior(
-        stabilization_window_s=_pick(
-            layers, "stabilization_window_seconds", default.stabilization_window_s
-        ),
-        pods=_pick(layers, "pods", default.pods),
-        percent=_pick(layers, "percent", default.percent),
-        period_s=_pick(layers, "period_seconds", default.period_s),
-    )
-
-
-SCALE_UP: Final = ScalingBehavior(
-    SCALE_UP_WINDOW_S, SCALE_UP_PODS, SCALE_UP_PERCENT, SCALE_UP_PERIOD_S
-)
-SCALE_DOWN: Final = ScalingBehavior(
-    SCALE_DOWN_WINDOW_S, SCALE_DOWN_PODS, SCALE_DOWN_PERCENT, SCALE_DOWN_PERIOD_S
-)
-
-
-def effective_autoscaling(
-    spec: PrefixServingSpec | AutoscalingSpec, policy: ScalingPolicySpec | None = None
-) -> EffectiveAutoscaling:
-    """Merge ``spec.autoscaling`` over a ScalingPolicy over the defaults, field by field.
-
-    A value set in the spec wins; otherwise the policy's value; otherwise the default here.
-    Nested blocks (targets, behavior.scaleUp/scaleDown) merge field by field too. ``spec`` may
-    be the whole PrefixServingSpec or just its autoscaling block; ``policy`` is the spec of the
-    ScalingPolicy that ``policyRef`` names (the operator resolves it; None without a
-    reference). Pure; cost is constant.
-    """
-    auto: AutoscalingSpec = getattr(spec, "autoscaling", spec)
-    layers: list[ScalingParameters] = [auto] if policy is None else [auto, policy]
-    targets = [layer.targets for layer in layers]
-    behaviors = [layer.behavior for layer in layers]
-    return EffectiveAutoscaling(
-        enabled=auto.enabled,
-        backend=_pick(layers, "backend", AUTOSCALING_BACKEND),
-        min_replicas=_pick(layers, "min_replicas", MIN_REPLICAS),
-        max_replicas=_pick(layers, "max_replicas", MAX_REPLICAS),
-        target_kv_cache_usage=_pick(targets, "kv_cache_usage", TARGET_KV_CACHE_USAGE),
-        target_queue_depth=_pick(targets, "queue_depth", TARGET_QUEUE_DEPTH),
-        signals=tuple(_pick(layers, "signals", SIGNALS)),
-        prometheus_url=_pick(layers, "prometheus_url", PROMETHEUS_URL),
-        polling_interval_s=_pick(layers, "polling_interval_seconds", POLLING_INTERVAL_S),
-        cooldown_period_s=_pick(layers, "cooldown_period_seconds", COOLDOWN_PERIOD_S),
-        scale_up=_rules([_pick([b], "scale_up", None) for b in behaviors], SCALE_UP),
-        scale_down=_rules([_pick([b], "scale_down", None) for b in behaviors], SCALE_DOWN),
-        policy_name=auto.policy_ref.name if auto.policy_ref is not None else None,
-    )

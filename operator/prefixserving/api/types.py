@@ -1,62 +1,30 @@
-"""Pydantic models of the ``PrefixServing`` and ``ScalingPolicy`` custom resources.
+"""Pydantic models of the ``PrefixServing`` and ``ScalingPolicy`` custom resources: the spec.
 
 The CRDs in ``crds/`` are generated from these models (``api/crd.py``), so every field carries
 a description (it becomes ``kubectl explain`` text), its range and its default (from
-``api/defaults.py``). Python attributes are snake_case; the API uses camelCase aliases.
-Cross-field rules live in ``api/validation.py`` (Python, and CEL in the CRD).
+``api/defaults.py``; a description that names a default is written by ``fields.with_default``).
+Python attributes are snake_case; the API uses camelCase aliases. The status models are in
+``api/status.py``, the conditions in ``api/lifecycle.py``, the merge of the autoscaling layers
+in ``api/scaling.py``. Cross-field rules live in ``api/validation.py`` (Python, and CEL in the
+CRD).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    WithJsonSchema,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from prefixserving import constants
 from prefixserving.api import defaults
+from prefixserving.api.fields import ApiModel, DnsName, Duration, KubeObject, Quantity, with_default
+from prefixserving.api.status import PrefixServingStatus
 
-# A Kubernetes resource quantity ("8", "500m", "64Gi"); integers are accepted and kept as text.
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
-Quantity = Annotated[
-    str,
-    BeforeValidator(lambda v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v),
-    StringConstraints(pattern=QUANTITY_PATTERN),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "x-kubernetes-int-or-string": True,
-        }
-    ),
-]
-# An object whose schema belongs to Kubernetes (tolerations, affinity, ...); kept as given.
-KubeObject = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-]
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Names of PrefixServings: child names append "-engine-<hash>-<hash>" and Services need a
 # leading letter (DNS-1035), so a name is a DNS-1035 label of at most 42 characters.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX_LENGTH = 42
-DnsName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_LABEL)]
-Duration = Annotated[str, StringConstraints(pattern=r"^[0-9]+(s|m|h)$", max_length=8)]
-
-
-class ApiModel(BaseModel):
-    """Base of every API model: camelCase aliases, unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=False
-    )
 
 
 # --------------------------------------------------------------------------------------- model
@@ -180,18 +148,24 @@ class EnvVar(ApiModel):
 class EngineResources(ApiModel):
     """CPU and memory of the engine container (memory is also its limit)."""
 
-    cpu: Quantity = Field(default=defaults.ENGINE_CPU, description="CPU request, e.g. '8'.")
+    cpu: Quantity = Field(
+        default=defaults.ENGINE_CPU, description=with_default("CPU request", defaults.ENGINE_CPU)
+    )
     memory: Quantity = Field(
-        default=defaults.ENGINE_MEMORY, description="Memory request and limit, e.g. '64Gi'."
+        default=defaults.ENGINE_MEMORY,
+        description=with_default("Memory request and limit", defaults.ENGINE_MEMORY),
     )
 
 
 class RouterResources(ApiModel):
     """CPU and memory of a router container (memory is also its limit)."""
 
-    cpu: Quantity = Field(default=defaults.ROUTER_CPU, description="CPU request, e.g. '1'.")
+    cpu: Quantity = Field(
+        default=defaults.ROUTER_CPU, description=with_default("CPU request", defaults.ROUTER_CPU)
+    )
     memory: Quantity = Field(
-        default=defaults.ROUTER_MEMORY, description="Memory request and limit, e.g. '1Gi'."
+        default=defaults.ROUTER_MEMORY,
+        description=with_default("Memory request and limit", defaults.ROUTER_MEMORY),
     )
 
 
@@ -227,7 +201,7 @@ class EngineSpec(ApiModel):
         le=1.0,
         description="Fraction of GPU memory vLLM may use (--gpu-memory-utilization).",
     )
-    block_size: Literal[16, 32, 64, 128] = Field(
+    block_size: Literal[defaults.BLOCK_SIZES] = Field(  # type: ignore[valid-type]
         default=defaults.BLOCK_SIZE,
         description="Tokens per KV cache block (--block-size); the prefix cache's granularity.",
     )
@@ -406,13 +380,17 @@ class ScalingTargets(ApiModel):
         default=None,
         gt=0.0,
         le=1.0,
-        description="Average vllm:kv_cache_usage_perc across replicas (default 0.8).",
+        description=with_default(
+            "Average vllm:kv_cache_usage_perc across replicas", defaults.TARGET_KV_CACHE_USAGE
+        ),
     )
     queue_depth: float | None = Field(
         default=None,
         gt=0.0,
         le=10_000.0,
-        description="vllm:num_requests_waiting per replica (default 5).",
+        description=with_default(
+            "vllm:num_requests_waiting per replica", defaults.TARGET_QUEUE_DEPTH
+        ),
     )
 
 
@@ -451,20 +429,29 @@ class ScalingParameters(ApiModel):
 
     backend: Literal["keda", "hpa"] | None = Field(
         default=None,
-        description="'keda': KEDA ScaledObject; 'hpa': HPA on prometheus-adapter (default keda).",
+        description=with_default(
+            "'keda': KEDA ScaledObject; 'hpa': HPA on prometheus-adapter",
+            defaults.AUTOSCALING_BACKEND,
+        ),
     )
     min_replicas: int | None = Field(
-        default=None, ge=1, le=1000, description="Fewest engine replicas (default 1)."
+        default=None,
+        ge=1,
+        le=1000,
+        description=with_default("Fewest engine replicas", defaults.MIN_REPLICAS),
     )
     max_replicas: int | None = Field(
-        default=None, ge=1, le=1000, description="Most engine replicas (default 4)."
+        default=None,
+        ge=1,
+        le=1000,
+        description=with_default("Most engine replicas", defaults.MAX_REPLICAS),
     )
     targets: ScalingTargets | None = Field(default=None, description="Scaling targets.")
     signals: list[Literal["kvCacheUsage", "queueDepth"]] | None = Field(
         default=None,
         min_length=1,
         max_length=2,
-        description="Signals that drive scaling (default both).",
+        description=with_default("Signals that drive scaling", defaults.SIGNALS),
     )
     behavior: ScalingBehaviorSpec | None = Field(
         default=None, description="Scale-up and scale-down rate limits."
@@ -473,13 +460,19 @@ class ScalingParameters(ApiModel):
         default=None,
         max_length=512,
         pattern=r"^https?://[^\s]+$",
-        description="Prometheus that KEDA queries (default prometheus-operated.monitoring).",
+        description=with_default("Prometheus that KEDA queries", defaults.PROMETHEUS_URL),
     )
     polling_interval_seconds: int | None = Field(
-        default=None, ge=1, le=3600, description="KEDA polling interval (default 15)."
+        default=None,
+        ge=1,
+        le=3600,
+        description=with_default("KEDA polling interval", defaults.POLLING_INTERVAL_S),
     )
     cooldown_period_seconds: int | None = Field(
-        default=None, ge=0, le=86_400, description="KEDA cooldown period (default 300)."
+        default=None,
+        ge=0,
+        le=86_400,
+        description=with_default("KEDA cooldown period", defaults.COOLDOWN_PERIOD_S),
     )
 
 
@@ -630,7 +623,8 @@ class PrefixServingSpec(ApiModel):
         default=None,
         ge=0,
         le=1000,
-        description="Engine replicas when autoscaling is off (default 1); unset when it is on.",
+        description=with_default("Engine replicas when autoscaling is off", defaults.REPLICAS)
+        + " Leave unset when autoscaling is on.",
     )
     router: RouterSpec = Field(default_factory=RouterSpec, description="The prefix router.")
     autoscaling: AutoscalingSpec = Field(
@@ -639,63 +633,6 @@ class PrefixServingSpec(ApiModel):
     warmup: WarmupSpec = Field(default_factory=WarmupSpec, description="Warm-up of new replicas.")
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Prometheus integration."
-    )
-
-
-# -------------------------------------------------------------------------------------- status
-
-
-class Condition(ApiModel):
-    """A Kubernetes-style condition."""
-
-    type: str = Field(max_length=316, description="Condition type: Ready, Progressing, ...")
-    status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition.")
-    reason: str = Field(default="", max_length=1024, description="PascalCase machine reason.")
-    message: str = Field(default="", max_length=32_768, description="Human-readable detail.")
-    last_transition_time: str | None = Field(
-        default=None, description="When the status last changed (RFC 3339)."
-    )
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="Generation the condition was computed for."
-    )
-
-
-class StatusMetrics(ApiModel):
-    """Prometheus figures for the resource's engines, as of a timestamp."""
-
-    hit_rate: float | None = Field(default=None, description="5m prefix-cache hit rate (0..1).")
-    kv_cache_usage: float | None = Field(
-        default=None, description="Average KV cache usage across engines (0..1)."
-    )
-    queue_depth: float | None = Field(
-        default=None, description="Requests waiting per engine replica."
-    )
-    first_block_new_fraction: float | None = Field(
-        default=None, description="Share of requests whose first prefix block was never seen."
-    )
-    as_of: str | None = Field(default=None, description="Time of the query (RFC 3339).")
-
-
-class PrefixServingStatus(ApiModel):
-    """Observed state, written by the operator."""
-
-    observed_generation: int | None = Field(
-        default=None, description="Generation of the spec the operator last acted on."
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready, Progressing, Degraded and MetricsAvailable, one per type.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
-    replicas: int | None = Field(default=None, description="Engine pods.")
-    ready_replicas: int | None = Field(default=None, description="Engine pods that are Ready.")
-    warm_replicas: int | None = Field(
-        default=None, description="Engine pods whose warm-up finished (Ready after warm-up)."
-    )
-    router_endpoint: str | None = Field(default=None, description="URL clients use.")
-    metrics: StatusMetrics | None = Field(default=None, description="Prometheus figures.")
-    hints: list[str] = Field(
-        default_factory=list, description="Likely causes of poor caching, for the operator's user."
     )
 
 
@@ -723,10 +660,12 @@ class ObjectMeta(BaseModel):
 class PrefixServing(ApiModel):
     """A model served by a fleet of prefix-cached vLLM engines behind a prefix router."""
 
-    api_version: Literal["prefixserving.io/v1alpha1"] = Field(
-        default=constants.API_VERSION, description="prefixserving.io/v1alpha1"
+    api_version: Literal[constants.API_VERSION] = Field(  # type: ignore[valid-type]
+        default=constants.API_VERSION, description=constants.API_VERSION
     )
-    kind: Literal["PrefixServing"] = Field(default=constants.KIND, description="PrefixServing")
+    kind: Literal[constants.KIND] = Field(  # type: ignore[valid-type]
+        default=constants.KIND, description=constants.KIND
+    )
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: PrefixServingSpec = Field(description="Desired state.")
     status: PrefixServingStatus | None = Field(default=None, description="Observed state.")
@@ -739,11 +678,11 @@ class ScalingPolicySpec(ScalingParameters):
 class ScalingPolicy(ApiModel):
     """Autoscaling settings kept in Git and shared by PrefixServings of a namespace."""
 
-    api_version: Literal["prefixserving.io/v1alpha1"] = Field(
-        default=constants.API_VERSION, description="prefixserving.io/v1alpha1"
+    api_version: Literal[constants.API_VERSION] = Field(  # type: ignore[valid-type]
+        default=constants.API_VERSION, description=constants.API_VERSION
     )
-    kind: Literal["ScalingPolicy"] = Field(
-        default=constants.POLICY_KIND, description="ScalingPolicy"
+    kind: Literal[constants.POLICY_KIND] = Field(  # type: ignore[valid-type]
+        default=constants.POLICY_KIND, description=constants.POLICY_KIND
     )
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: ScalingPolicySpec = Field(description="Autoscaling settings.")

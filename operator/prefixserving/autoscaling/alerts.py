@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from prefixserving.api import defaults
-from prefixserving.api.defaults import EffectiveAutoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling
 from prefixserving.api.types import AlertsSpec, PrefixServing
 from prefixserving.autoscaling import promql
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prefixserving.api.defaults import EffectiveAutoscaling, ScalingBehavior
+from prefixserving.api.scaling import EffectiveAutoscaling, ScalingBehavior
 
 DEFAULT_TOLERANCE = 0.1
 SYNC_PERIOD_S = 15.0

@@ -48,7 +48,7 @@ VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
 VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
 # Exported by every Python process through prometheus_client (vLLM's API server included).
 PROCESS_START_TIME: Final = "process_start_time_seconds"
-# Router and warm-up series (prefixserving.router.metrics, prefixserving.warmup.state).
+# Router and warm-up series (prefixserving.router.exposition, prefixserving.warmup.state).
 ROUTER_DECISIONS: Final = "prefixserving_router_decisions_total"
 ROUTER_REQUESTS: Final = "prefixserving_router_requests_total"
 ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"

@@ -6,8 +6,9 @@ label selector, merge patches (main resource and ``/status``), delete, Events, a
 discovery. Objects are plain dicts in and out. Errors become :class:`KubeError` carrying the
 server's status code, reason and message, so callers can report exactly what was refused.
 
-Each call is one HTTP request (discovery answers are cached per client); the client is
-thread-safe, so kopf's sync handlers may share one instance.
+Each call is one HTTP request (discovery answers are cached per client), except
+``update_status``: a read-modify-write, GET then PATCH, read again on a conflict. The client is
+thread-safe, so kopf's sync handlers and the periodic jobs' threads share one instance.
 """
 
 from __future__ import annotations

@@ -69,20 +69,21 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     def get(name: str, default: str) -> str:
         return env.get(ENV_PREFIX + name, "").strip() or default
 
-    log_format = get("LOG_FORMAT", "text")
+    default = Settings()
+    log_format = get("LOG_FORMAT", default.log_format)
     if log_format not in ("text", "json"):
         raise ValueError(f"{ENV_PREFIX}LOG_FORMAT must be 'text' or 'json', not {log_format!r}")
     namespaces = tuple(ns.strip() for ns in get("NAMESPACES", "").split(",") if ns.strip())
     return Settings(
         namespaces=namespaces,
-        prometheus_url=get("PROMETHEUS_URL", ""),
-        prometheus_timeout_s=float(get("PROMETHEUS_TIMEOUT_S", "5")),
+        prometheus_url=get("PROMETHEUS_URL", default.prometheus_url),
+        prometheus_timeout_s=float(get("PROMETHEUS_TIMEOUT_S", str(default.prometheus_timeout_s))),
         log_format=log_format,
-        peering=get("PEERING", ""),
-        health_port=int(get("HEALTH_PORT", str(constants.OPERATOR_HEALTH_PORT))),
-        status_interval_s=float(get("STATUS_INTERVAL_S", "30")),
-        metrics_interval_s=float(get("METRICS_INTERVAL_S", "30")),
-        resync_interval_s=float(get("RESYNC_INTERVAL_S", "300")),
+        peering=get("PEERING", default.peering),
+        health_port=int(get("HEALTH_PORT", str(default.health_port))),
+        status_interval_s=float(get("STATUS_INTERVAL_S", str(default.status_interval_s))),
+        metrics_interval_s=float(get("METRICS_INTERVAL_S", str(default.metrics_interval_s))),
+        resync_interval_s=float(get("RESYNC_INTERVAL_S", str(default.resync_interval_s))),
     )
 
 

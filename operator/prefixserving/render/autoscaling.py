@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixserving.api.defaults import EffectiveAutoscaling, ScalingBehavior
+from prefixserving.api.scaling import EffectiveAutoscaling, ScalingBehavior
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import promql
 from prefixserving.render.formats import number, quantity

@@ -1,11 +1,11 @@
 """``render_children``: a validated PrefixServing -> its child Kubernetes objects.
 
 Algorithm: resolve the effective autoscaling block, build one template context
-(``render/context.py``), then render each entry of ``CHILDREN`` whose condition holds, in table
-order, check that it made the kind its row names, and stamp every object with the namespace,
-the ``app.kubernetes.io/*`` labels and an owner reference to the PrefixServing (controller,
-blockOwnerDeletion), so garbage collection removes the children. Pure and deterministic: same
-input, same list, same order.
+(``render/context.py``), then render each entry of ``CHILDREN`` whose ``when`` predicate
+holds, in table order, check that it made the kind its row names, and stamp every object with
+the namespace, the ``app.kubernetes.io/*`` labels and an owner reference to the PrefixServing
+(controller, blockOwnerDeletion), so garbage collection removes the children. Pure and
+deterministic: same input, same list, same order.
 
 To add a child: a template in ``templates/`` and a row in ``CHILDREN`` naming its kind, which
 must be a ``child=True`` row of the kind table (``prefixserving.kinds``; pruning, the drift
@@ -20,7 +20,7 @@ from typing import Any
 
 from prefixserving import constants, kinds
 from prefixserving.api import names
-from prefixserving.api.defaults import EffectiveAutoscaling, effective_autoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling, effective_autoscaling
 from prefixserving.api.types import PrefixServing, PrefixServingSpec, ScalingPolicySpec
 from prefixserving.api.validation import SpecError, check_rules
 from prefixserving.render.context import build_context
@@ -30,7 +30,8 @@ from prefixserving.render.environment import render_template
 # preview); the operator always renders objects read from the API server, which have one.
 PREVIEW_UID = "00000000-0000-0000-0000-000000000000"
 
-Condition = Callable[[PrefixServingSpec, EffectiveAutoscaling], bool]
+# Whether a child is rendered for a spec and its effective autoscaling.
+ChildPredicate = Callable[[PrefixServingSpec, EffectiveAutoscaling], bool]
 
 
 def _always(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
@@ -45,7 +46,7 @@ def _inline_warmup(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
     return spec.warmup.enabled and spec.warmup.config_map_ref is None
 
 
-def _backend(backend: str) -> Condition:
+def _backend(backend: str) -> ChildPredicate:
     return lambda spec, auto: auto.enabled and auto.backend == backend
 
 
@@ -65,7 +66,7 @@ class Child:
     template: str
     kind: kinds.Kind
     component: str
-    when: Condition
+    when: ChildPredicate
 
 
 CHILDREN: tuple[Child, ...] = (

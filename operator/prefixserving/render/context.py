@@ -1,9 +1,9 @@
 """The values the templates lay out, computed from a validated spec.
 
 Everything that needs a decision (argument lists, resources, volumes, probe thresholds,
-queries) is computed in Python, one module per part (``engine``, ``warmup``,
-``autoscaling``); the templates only place these values. ``build_context`` is pure; its cost
-is linear in the spec's size.
+queries) is computed in Python, one module per part (``engine``, ``warmup``, ``autoscaling``;
+the router's arguments here, the alert rules in ``autoscaling.alerts``); the templates only
+place these values. ``build_context`` is pure; its cost is linear in the spec's size.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from typing import Any
 
 from prefixserving import constants
 from prefixserving.api import names
-from prefixserving.api.defaults import EffectiveAutoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import alerts
 from prefixserving.render.autoscaling import autoscaling_context
 from prefixserving.render.engine import engine_context
 from prefixserving.render.formats import number
 from prefixserving.render.warmup import warmup_context
-
-# Non-root user of the project's slim images (router, warm-up, operator).
-NONROOT_UID = 65532
 
 
 def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[str, Any]:
@@ -76,7 +73,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
             ],
             "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
         },
-        "nonroot_uid": NONROOT_UID,
+        "nonroot_uid": constants.IMAGE_UID,
         "image_pull_secrets": [ref.model_dump() for ref in spec.image_pull_secrets],
         "autoscaling": autoscaling_context(resource, auto),
         "monitoring": {

@@ -9,7 +9,7 @@ from typing import Any
 
 from prefixserving import constants
 from prefixserving.api import defaults
-from prefixserving.api.defaults import EffectiveAutoscaling
+from prefixserving.api.scaling import EffectiveAutoscaling
 from prefixserving.api.types import ModelSource, PrefixServingSpec
 from prefixserving.render.formats import number
 

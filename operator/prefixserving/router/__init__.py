@@ -1,2 +1,3 @@
-"""The prefix router: prefix block keys, routing policies, backend discovery and load scraping,
-the streaming proxy and its HTTP app. Never imports kopf."""
+"""The prefix router: prefix hashing of request bodies, routing policies (shared with the
+cluster simulator), backend discovery and load scraping, the streaming proxy, hot prefixes for
+warm-up, prefix hygiene, and the HTTP app. Never imports kopf or vLLM."""

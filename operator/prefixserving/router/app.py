@@ -3,15 +3,17 @@
 Routes (exact paths, one dict lookup; ``GET`` routes also answer ``HEAD``):
 
 - ``POST /v1/completions``, ``POST /v1/chat/completions``: read the body (at most
-  ``max_body_bytes``, within ``body_timeout_s``), key it (``router.keys``), record it for
-  prefix hygiene and hot prefixes, ask the policy for a backend and forward
+  ``max_body_bytes``, within ``body_timeout_s``), hash its prefix blocks
+  (``router.prefix_hashing``), record it for prefix hygiene and hot prefixes, let the policy
+  decide (``policies.base.route``: the backend and its fallbacks) and forward to them in turn
   (``router.proxy``). Answers ``400`` for a body that is not a UTF-8 JSON object, a missing
-  ``model``, a bad prompt or messages (``router.keys``: each names the field), ``413`` for a
-  body over the limit, ``408`` for a body too slow to arrive, ``503`` with
-  ``Retry-After`` when no backend is available, all with OpenAI-style error bodies.
-- ``GET /v1/models``: forwarded to a healthy backend (rotating), with the same retry.
+  ``model``, a bad prompt or messages (each names the field), ``413`` for a body over the
+  limit, ``408`` for a body too slow to arrive, ``503`` with ``Retry-After`` when no backend
+  is available, all with OpenAI-style error bodies.
+- ``GET /v1/models``: forwarded to a healthy backend (rotating; the next ones are the
+  fallbacks), with the same retry.
 - ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic.
-- ``GET /metrics``: Prometheus exposition (``router.metrics``).
+- ``GET /metrics``: Prometheus exposition (``router.exposition``).
 - ``GET /v1/prefixserving/hot-prefixes``: see ``router.hot``.
 - ``GET /v1/prefixserving/hygiene``: per-model new-first-block ratio, cause and hint.
 
@@ -40,22 +42,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prefixserving import constants
-from prefixserving.router import keys
+from prefixserving.router import prefix_hashing
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
+from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.hot import DEFAULT_LIMIT, MAX_LIMIT, HotPrefixes
 from prefixserving.router.hygiene import PrefixHygiene
-from prefixserving.router.metrics import RouterMetrics
-from prefixserving.router.policies.base import (
-    Decision,
-    DecisionReason,
-    RoutingContext,
-    RoutingPolicy,
-)
-from prefixserving.router.proxy import Exchange, upstream_headers
+from prefixserving.router.policies.base import RoutingContext, RoutingPolicy, route
+from prefixserving.router.proxy import Exchange, Proxy, UpstreamRequest
 from prefixserving.router.upstream import UpstreamPool
 
-KeyFunction = Callable[[Mapping[str, Any], keys.KeyConfig], keys.PrefixKey]
+KeyFunction = Callable[[Mapping[str, Any], prefix_hashing.KeyConfig], prefix_hashing.PrefixKey]
 Handler = Callable[[Scope, Receive], Awaitable[ASGIApp | None]]
 
 
@@ -111,14 +108,14 @@ class Router:
         *,
         pool: BackendPool,
         policy: RoutingPolicy,
-        key_config: keys.KeyConfig | None = None,
+        key_config: prefix_hashing.KeyConfig | None = None,
         config: RouterConfig | None = None,
         hygiene: PrefixHygiene | None = None,
         hot: HotPrefixes | None = None,
     ) -> None:
         self.pool = pool
         self.policy = policy
-        self.key_config = key_config or keys.KeyConfig()
+        self.key_config = key_config or prefix_hashing.KeyConfig()
         self.config = config or RouterConfig()
         self.hygiene = hygiene or PrefixHygiene()
         self.hot = hot or HotPrefixes(self.key_config)
@@ -129,6 +126,7 @@ class Router:
             connect_timeout_s=self.config.connect_timeout_s,
             max_idle_per_backend=self.config.max_idle_connections,
         )
+        self.proxy = Proxy(self.upstream, pool, self.metrics, self.config.read_timeout_s)
 
     # Lifecycle ------------------------------------------------------------------------------
 
@@ -191,35 +189,6 @@ class Router:
         self.metrics.requests.inc("", "rejected")
         return error_response(status, message, param=param)
 
-    def _exchange(
-        self,
-        scope: Scope,
-        body: bytes,
-        backend: str,
-        next_candidate: Callable[[str], str | None],
-        on_retry: Callable[[str], None],
-        on_complete: Callable[[str], None],
-        received_at: float,
-    ) -> Exchange:
-        path = scope["raw_path"] or scope["path"].encode()
-        if scope["query_string"]:
-            path += b"?" + scope["query_string"]
-        return Exchange(
-            upstream=self.upstream,
-            pool=self.pool,
-            metrics=self.metrics,
-            method=scope["method"],
-            path=path.decode("latin-1"),
-            headers=upstream_headers(scope["headers"]),
-            body=body,
-            backend=backend,
-            next_candidate=next_candidate,
-            on_retry=on_retry,
-            on_complete=on_complete,
-            received_at=received_at,
-            read_timeout_s=self.config.read_timeout_s,
-        )
-
     def routed_endpoint(self, key_function: KeyFunction) -> Handler:
         async def endpoint(scope: Scope, receive: Receive) -> ASGIApp | None:
             try:
@@ -230,36 +199,19 @@ class Router:
                 return None
             received_at = time.perf_counter()
             try:
-                body = keys.parse_body(raw)
+                body = prefix_hashing.parse_body(raw)
                 key = key_function(body, self.key_config)
-            except keys.RequestError as error:
+            except prefix_hashing.RequestError as error:
                 return self._reject(400, str(error), error.param)
             self.hygiene.observe(key)
             self.hot.observe(key, body)
             backends = self.pool.healthy()
             if not backends:
                 return self._no_backend()
-            ctx = RoutingContext(key.blocks, backends, self.pool.loads())
-            decision = self.policy.select(ctx)
+            decision = route(self.policy, RoutingContext(key.blocks, backends, self.pool.loads()))
             self.metrics.decisions.inc(self.policy.name, decision.reason.value)
-            self.policy.on_routed(ctx, decision)
-
-            def next_candidate(failed: str) -> str | None:
-                ranking = [b for b in self.policy.rank(key.blocks, backends) if b != failed]
-                return ranking[0] if ranking else None
-
-            def on_retry(backend: str) -> None:
-                self.policy.on_routed(ctx, Decision(backend, DecisionReason.FALLBACK))
-
-            return self._exchange(
-                scope,
-                raw,
-                decision.backend,
-                next_candidate,
-                on_retry,
-                self.policy.on_complete,
-                received_at,
-            )
+            request = UpstreamRequest.of(scope, raw)
+            return Exchange(self.proxy, request, decision.candidates, received_at)
 
         return endpoint
 
@@ -269,14 +221,7 @@ class Router:
             return self._no_backend()
         start = next(self._rotation) % len(backends)
         order = backends[start:] + backends[:start]
-
-        def next_candidate(failed: str) -> str | None:
-            rest = [b for b in order if b != failed]
-            return rest[0] if rest else None
-
-        return self._exchange(
-            scope, b"", order[0], next_candidate, _ignore, _ignore, time.perf_counter()
-        )
+        return Exchange(self.proxy, UpstreamRequest.of(scope, b""), order, time.perf_counter())
 
     async def healthz(self, _scope: Scope, _receive: Receive) -> Response:
         return JSONResponse({"status": "ok"})
@@ -322,10 +267,6 @@ class Router:
             for r in self.hygiene.report()
         ]
         return JSONResponse({"models": models})
-
-
-def _ignore(_backend: str) -> None:
-    """No policy bookkeeping (``/v1/models`` is not routed by prefix)."""
 
 
 class RouterApp:
@@ -379,8 +320,8 @@ def build_app(router: Router) -> RouterApp:
     return RouterApp(
         router,
         {
-            "/v1/completions": ("POST", router.routed_endpoint(keys.completion_key)),
-            "/v1/chat/completions": ("POST", router.routed_endpoint(keys.chat_key)),
+            "/v1/completions": ("POST", router.routed_endpoint(prefix_hashing.completion_key)),
+            "/v1/chat/completions": ("POST", router.routed_endpoint(prefix_hashing.chat_key)),
             "/v1/models": ("GET", router.models),
             "/healthz": ("GET", router.healthz),
             "/readyz": ("GET", router.readyz),

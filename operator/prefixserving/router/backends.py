@@ -12,14 +12,15 @@ engines), ``vllm:kv_cache_usage_perc`` (the largest) and ``vllm:num_requests_run
 in one pass (:func:`parse_load`). With the router's own in-flight count they form the
 :class:`BackendLoad` the policies see.
 
-**Health** (passive): a connection error or a 5xx answer counts as a failure; after
+**Health** (passive): a failure before the answer's first byte (a connection or read error,
+a timeout, a 5xx status; ``router.proxy``) counts; after
 ``eject_after_failures`` consecutive failures the backend is ejected for ``eject_base_s``,
 doubled at each further ejection up to ``eject_max_s``. Once the time is up the scrape loop
 probes ``/health``; success brings the backend back (a probe failure ejects it again). A
 success on real traffic resets the backoff.
 
 **Cost**: one request per backend per scrape interval; parsing reads the exposition line by
-line and only the two series' lines are split.
+line, looks only at ``vllm:`` lines and parses the values of the three series only.
 """
 
 from __future__ import annotations

@@ -19,8 +19,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from prefixserving import constants
-from prefixserving.router.keys import DEFAULT_BLOCK_CHARS, DEFAULT_PREFIX_BLOCKS, KeyConfig
+from prefixserving.api import defaults
 from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from prefixserving.router.prefix_hashing import (
+    DEFAULT_BLOCK_CHARS,
+    DEFAULT_PREFIX_BLOCKS,
+    KeyConfig,
+)
 
 if TYPE_CHECKING:
     from prefixserving.router.app import RouterApp
@@ -68,7 +73,7 @@ class RouterSettings:
     backends: tuple[str, ...] = ()
     dns: str | None = None
     policy: str = DEFAULT_POLICY.replace("_", "-")
-    load_bound: float = 1.25
+    load_bound: float = defaults.ROUTER_LOAD_BOUND
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
     block_chars: int = DEFAULT_BLOCK_CHARS
     model: str | None = None

@@ -8,9 +8,10 @@ own once it joins, and sends those requests to it before it takes traffic.
     GET /v1/prefixserving/hot-prefixes?member=http://10.0.0.7:8000&limit=32
 
 - ``member`` (optional): the new replica's base URL, written as the router writes backends
-  (``http://IP:PORT``). With it, only the prefixes whose ranking, computed by the routing
-  policy's ``rank`` over the current healthy backends plus ``member``, puts ``member`` first;
-  without it, all hot prefixes.
+  (``http://IP:PORT``). With it, only the prefixes the routing policy would send to
+  ``member`` among the current healthy backends plus ``member``, all idle
+  (``policies.base.home``: the policy's own ``select``, which counts nothing); without it,
+  all hot prefixes.
 - ``limit`` (optional, default 32, at most 1024): the most prefixes returned.
 
 Answer, ``200 application/json``, hottest first::
@@ -25,8 +26,9 @@ Answer, ``200 application/json``, hottest first::
 
 ``body`` holds ``model`` and the leading content only (chat: ``tools`` and ``messages`` cut
 at the prefix boundary, as clients send them; completions: ``prompt`` as text or token ids
-cut at the boundary), no sampling parameters. A policy without affinity ranks every prefix
-the same way, so a new member owns none of them. ``400`` for a bad ``limit``.
+cut at the boundary), no sampling parameters. A policy without affinity (round-robin,
+least-loaded) places no prefix, so a new member owns none of them. ``400`` for a bad
+``limit``.
 
 **Algorithm**: every block of every request key is counted (a request counts for each of its
 prefixes). Counts are space-saving counters (Metwally et al.) over at most ``capacity``
@@ -69,8 +71,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixserving.router.keys import ContentKind, KeyConfig, PrefixKey, replay_body
-from prefixserving.router.policies.base import RoutingPolicy
+from prefixserving.router.policies.base import RoutingPolicy, home
+from prefixserving.router.prefix_hashing import ContentKind, KeyConfig, PrefixKey, replay_body
 
 DEFAULT_LIMIT = 32
 MAX_LIMIT = 1024
@@ -240,10 +242,11 @@ class HotPrefixes:
         policy: RoutingPolicy,
         limit: int = DEFAULT_LIMIT,
     ) -> list[HotPrefix]:
-        """Hot prefixes that ``policy.rank`` puts on ``member`` once it joins ``backends``."""
+        """Hot prefixes that ``policy`` sends to ``member`` once it joins ``backends``, all of
+        them idle (``policies.base.home``); none for a policy without affinity."""
         members = sorted({*backends, member})
         scale = self._scale()
-        owned = self._choose(scale, limit, lambda e: policy.rank(e.chain, members)[0] == member)
+        owned = self._choose(scale, limit, lambda e: home(policy, e.chain, members) == member)
         return [self._row(entry, scale) for entry in owned]
 
     def _row(self, entry: _Entry, scale: float) -> HotPrefix:

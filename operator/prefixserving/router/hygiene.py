@@ -33,7 +33,7 @@ import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from prefixserving.router.keys import ContentKind, PrefixKey
+from prefixserving.router.prefix_hashing import ContentKind, PrefixKey
 
 OTHER_MODEL = "other"
 

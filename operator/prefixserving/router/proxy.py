@@ -1,13 +1,14 @@
 """Streaming forward of one request to a backend, with one retry before the first byte.
 
-**Algorithm** (one :class:`Exchange`, run as the ASGI response of a routed request):
+**Algorithm** (one :class:`Exchange`, run as the ASGI response of a routed request; its
+``candidates`` are the routing decision's backend followed by its fallbacks):
 
-1. Send the buffered request body to the chosen backend over a pooled keep-alive connection
+1. Send the buffered request body to the first candidate over a pooled keep-alive connection
    (``router.upstream``).
 2. *Before the first byte*: a connection error, a 5xx status, or an error while reading the
    first body chunk counts as a backend failure (``BackendPool.record_failure``) and the
-   request is sent once more to the next candidate. Without another candidate, a 5xx is passed
-   through and a connection error answers ``502``.
+   request is sent once more, to the next candidate. Without another candidate, a 5xx is
+   passed through and a connection error answers ``502``.
 3. *After the first byte* the status, headers (minus hop-by-hop ones) and raw body bytes are
    passed through unchanged, chunk by chunk (no decoding, no re-encoding). An upstream error
    from then on ends the client's response early; it is never retried.
@@ -22,8 +23,8 @@
    exchange like an upstream error, so an upstream that falls silent is cut after between one
    and two ``read_timeout_s`` (a timer re-armed per chunk would cost a timer per chunk).
 
-The router's in-flight count is held from the upstream send to the end of the exchange, and
-the policy's ``on_complete`` is called for every attempt.
+The router's in-flight count of a backend is held from the upstream send to the end of the
+attempt (``BackendPool.acquire`` / ``release``).
 
 **Cost**: the added latency is the routing work before step 1 plus one pass of the first
 chunk through the event loop. Per streamed chunk: one upstream read, one ``send`` of the bytes
@@ -35,14 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from starlette.types import Message, Receive, Scope, Send
 
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
-from prefixserving.router.metrics import RouterMetrics
+from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.server import DISCONNECT_HOOK
 from prefixserving.router.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
@@ -62,6 +63,8 @@ _HOP_BY_HOP = frozenset(
 # The body is complete before it goes upstream, so ``expect: 100-continue`` is answered here.
 _REQUEST_DROP = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _TRANSPORT_ERRORS = (UpstreamError, TimeoutError, OSError)
+# The first try and one retry (step 2).
+MAX_ATTEMPTS = 2
 
 
 def upstream_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -80,6 +83,37 @@ def _outcome(status: int) -> str:
     return "client_error" if status < 500 else "server_error"
 
 
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """What every exchange of one router shares: the upstream connections, the backend pool
+    (in-flight counts, failures), the metrics and ``read_timeout_s`` (step 5 above)."""
+
+    upstream: UpstreamPool
+    pool: BackendPool
+    metrics: RouterMetrics
+    read_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """What is sent to a backend: method, path with its query string, headers, whole body."""
+
+    method: str
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    @classmethod
+    def of(cls, scope: Scope, body: bytes) -> UpstreamRequest:
+        """The client's request in ``scope`` with ``body``, headers cut to what goes upstream."""
+        path = scope["raw_path"] or scope["path"].encode()
+        if scope["query_string"]:
+            path += b"?" + scope["query_string"]
+        return cls(
+            scope["method"], path.decode("latin-1"), upstream_headers(scope["headers"]), body
+        )
+
+
 @dataclass
 class _Attempt:
     backend: str
@@ -90,27 +124,18 @@ class _Attempt:
 
 @dataclass
 class Exchange:
-    """One routed request: the ASGI app that forwards it.
+    """One routed request: the ASGI app that forwards ``request`` to ``candidates`` in turn
+    (at most ``MAX_ATTEMPTS``, see the module docstring).
 
-    ``next_candidate(backend)`` gives the backend to retry on (None: no retry);
-    ``on_retry(backend)`` and ``on_complete(backend)`` tell the policy about attempts.
     ``received_at``: ``time.perf_counter()`` when the router had the request body.
-    ``read_timeout_s``: see step 5 of the module docstring.
+    ``backend``: the candidate of the current (at the end: the last) attempt.
     """
 
-    upstream: UpstreamPool
-    pool: BackendPool
-    metrics: RouterMetrics
-    method: str
-    path: str
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    backend: str
-    next_candidate: Callable[[str], str | None]
-    on_retry: Callable[[str], None]
-    on_complete: Callable[[str], None]
+    proxy: Proxy
+    request: UpstreamRequest
+    candidates: tuple[str, ...]
     received_at: float
-    read_timeout_s: float
+    backend: str = field(default="", init=False)
     _disconnected: bool = field(default=False, init=False)
     _idle: bool = field(default=False, init=False)
     _late: bool = field(default=False, init=False)
@@ -119,6 +144,10 @@ class Exchange:
     _completed: bool = field(default=False, init=False)
     _outcome: str = field(default="upstream_error", init=False)
     _scope: Scope = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.candidates:
+            raise ValueError("an exchange needs at least one candidate backend")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._scope = scope
@@ -146,7 +175,7 @@ class Exchange:
             outcome = (
                 "disconnected" if self._disconnected and not self._completed else self._outcome
             )
-            self.metrics.requests.inc(self.backend, outcome)
+            self.proxy.metrics.requests.inc(self.backend, outcome)
 
     def _client_gone(self, task: asyncio.Task[None]) -> None:
         """Cancel the exchange when the client disconnects before the answer is complete."""
@@ -175,7 +204,7 @@ class Exchange:
     def _arm_idle_timer(self, task: asyncio.Task[None]) -> None:
         loop = asyncio.get_running_loop()
         self._idle_timer = loop.call_later(
-            self.read_timeout_s, self._check_idle, task, self._chunks
+            self.proxy.read_timeout_s, self._check_idle, task, self._chunks
         )
 
     async def _open(self, attempt: _Attempt) -> None:
@@ -185,7 +214,9 @@ class Exchange:
         task = asyncio.current_task()
         assert task is not None
         self._late = False
-        timer = asyncio.get_running_loop().call_later(self.read_timeout_s, self._too_late, task)
+        timer = asyncio.get_running_loop().call_later(
+            self.proxy.read_timeout_s, self._too_late, task
+        )
         try:
             await self._send_and_read_first(attempt)
         except asyncio.CancelledError:
@@ -203,8 +234,9 @@ class Exchange:
 
     async def _send_and_read_first(self, attempt: _Attempt) -> None:
         try:
-            attempt.response = await self.upstream.request(
-                attempt.backend, self.method, self.path, self.headers, self.body
+            request = self.request
+            attempt.response = await self.proxy.upstream.request(
+                attempt.backend, request.method, request.path, request.headers, request.body
             )
         except _TRANSPORT_ERRORS:
             attempt.failure = "connect_error"
@@ -222,32 +254,27 @@ class Exchange:
         answer was read to the end, otherwise it is closed (the engine sees the disconnect)."""
         if attempt.response is not None:
             attempt.response.release()
-        self.pool.release(attempt.backend)
-        self.on_complete(attempt.backend)
+        self.proxy.pool.release(attempt.backend)
 
     async def _run(self, send: Send) -> None:
-        backend = self.backend
-        retried = False
-        while True:
+        tries = self.candidates[:MAX_ATTEMPTS]
+        for number, backend in enumerate(tries, start=1):
+            self.backend = backend
             attempt = _Attempt(backend)
-            self.pool.acquire(backend)
+            self.proxy.pool.acquire(backend)
             sent_at = time.perf_counter()
             try:
                 await self._open(attempt)
                 if attempt.failure is None:
                     await self._stream(attempt, send, sent_at - self.received_at)
                     return
-                self.pool.record_failure(backend)
-                following = None if retried else self.next_candidate(backend)
-                if following is None:
+                self.proxy.pool.record_failure(backend)
+                if number == len(tries):
                     await self._give_up(attempt, send, sent_at - self.received_at)
                     return
             finally:
                 self._close(attempt)
-            self.metrics.retries.inc(attempt.failure)
-            self.on_retry(following)
-            retried = True
-            backend = self.backend = following
+            self.proxy.metrics.retries.inc(attempt.failure)
 
     async def _give_up(self, attempt: _Attempt, send: Send, before_s: float) -> None:
         """No candidate left: pass a 5xx through, or answer 502 for a connection error."""
@@ -274,7 +301,7 @@ class Exchange:
         whole = response.at_eof()
         first = attempt.first or b""
         await send({"type": "http.response.body", "body": first, "more_body": not whole})
-        self.metrics.added_latency.observe(before_s + time.perf_counter() - received_at)
+        self.proxy.metrics.added_latency.observe(before_s + time.perf_counter() - received_at)
         if not whole:
             task = asyncio.current_task()
             assert task is not None
@@ -289,7 +316,7 @@ class Exchange:
         self._completed = True
         self._outcome = _outcome(response.status)
         if response.status < 500:
-            self.pool.record_success(attempt.backend)
+            self.proxy.pool.record_success(attempt.backend)
 
 
 async def _no_receive() -> Message:

@@ -341,7 +341,6 @@ class ClusterSim:
         router, _ = self._routes.pop(job.index)
         self._in_flight[router][name] -= 1
         self._remaining -= 1
-        self.routers[router].on_complete(name)
         self._start(replica)
         self._retire_if_drained(replica)
 

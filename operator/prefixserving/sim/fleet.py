@@ -9,7 +9,7 @@ turns Ready when its engine is healthy, with an empty cache.
 **Warm-up** (what the ``prefixserving warmup`` sidecar does, simulated): when the engine is
 up, the router's hot prefixes are the prefixes shared by at least ``min_hits`` of the requests
 that arrived in the last ``window_s``, hottest first; the pod takes the first
-``hot_prefixes`` of them that the routing policy's ``rank`` puts on it once it joins the Ready
+``hot_prefixes`` of them that the routing policy sends to it (``home``) once it joins the Ready
 pods, and replays the deepest ones (an ancestor of a chosen prefix is warmed with it). Its
 cache is filled with them, and warming lasts the prefill of their distinct blocks
 (``ServiceModel.prefill_s`` per prefix, one at a time) plus ``warmup_overhead_s``.
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from prefixserving.router.policies.base import RoutingPolicy
+from prefixserving.router.policies.base import RoutingPolicy, home
 from prefixserving.sim.cluster import ClusterSim, Tick
 from prefixserving.sim.replica import ServiceModel
 from prefixserving.sim.traces import TraceRequest
@@ -183,7 +183,7 @@ class Fleet:
         members = sorted({*sim.ready_backends(), member})
         owned = []
         for chain in self.hot.hot(sim.now):
-            if self.policy.rank(chain, members)[0] == member:
+            if home(self.policy, chain, members) == member:
                 owned.append(chain)
                 if len(owned) == self.lifecycle.hot_prefixes:
                     break

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from prefixserving.api.defaults import effective_autoscaling
+from prefixserving.api.scaling import effective_autoscaling
 from prefixserving.api.types import AutoscalingSpec
 from prefixserving.autoscaling.hpa import SYNC_PERIOD_S, Autoscaler, HpaSpec, hpa_from_autoscaling
 from prefixserving.router.policies.registry import make_policy

@@ -12,6 +12,7 @@ import click
 import uvicorn
 
 from prefixserving import constants
+from prefixserving.api import defaults
 from prefixserving.warmup.events import emit_timeout_event
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.server import build_app
@@ -39,7 +40,7 @@ from prefixserving.warmup.state import WarmupState
 @click.option(
     "--hot-prefixes",
     type=click.IntRange(0, 4096),
-    default=32,
+    default=defaults.WARMUP_HOT_PREFIXES,
     show_default=True,
     help="Most hot prefixes taken from the router (0: none).",
 )
@@ -51,7 +52,7 @@ from prefixserving.warmup.state import WarmupState
 @click.option(
     "--timeout-s",
     type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
+    default=float(defaults.WARMUP_TIMEOUT_S),
     show_default=True,
     help="Report Ready after this even if warm-up has not finished.",
 )

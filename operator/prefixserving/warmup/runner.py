@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 
 from prefixserving import constants
+from prefixserving.api import defaults
 from prefixserving.warmup.prompts import (
     WarmupRequest,
     load_prompts_file,
@@ -55,9 +56,9 @@ class WarmupConfig:
     engine_url: str
     prompts_file: Path | None = None
     router_url: str | None = None
-    hot_prefixes: int = 32
+    hot_prefixes: int = defaults.WARMUP_HOT_PREFIXES
     self_url: str | None = None
-    timeout_s: float = 300.0
+    timeout_s: float = float(defaults.WARMUP_TIMEOUT_S)
     concurrency: int = 2
     model: str | None = None
     request_timeout_s: float = 120.0

@@ -1,2 +1,4 @@
-"""What the kopf handlers in ``main.py`` delegate to: the reconcile (create, update, resume,
-delete, drift repair, ScalingPolicy propagation) and the status timers."""
+"""What the kopf handlers in ``main.py`` and the periodic jobs (``controller/periodic.py``)
+delegate to: the reconcile (create, update, resume, resync, drift repair, ScalingPolicy
+propagation; there is no delete handler, garbage collection deletes the children) and the
+status jobs (children and Prometheus into ``status``)."""

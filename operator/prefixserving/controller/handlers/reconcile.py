@@ -3,9 +3,9 @@
 Algorithm of :func:`reconcile` (one resource; every step idempotent, so an operator restart in
 the middle converges to the same objects):
 
-1. Validate the body (``api.validation.parse_resource``). A bad spec sets ``Ready=False`` and
-   ``Degraded=True`` with reason ``InvalidSpec`` and the problems, creates and changes nothing,
-   and raises :class:`InvalidSpec`.
+1. Validate the body (``api.validation.parse_resource``). A bad spec sets ``Ready=False``,
+   ``Degraded=True`` and ``Progressing=False`` with reason ``InvalidSpec`` and the problems
+   (``api/lifecycle.py``), creates and changes nothing, and raises :class:`InvalidSpec`.
 2. Resolve ``spec.autoscaling.policyRef`` to the ScalingPolicy (missing: ``PolicyNotFound``,
    rendered with the spec's values and the defaults until the policy appears).
 3. Render the children (pure, ``render.render_children``). Should the renderer raise (a bug
@@ -25,8 +25,10 @@ the middle converges to the same objects):
 6. Write ``observedGeneration``, ``routerEndpoint``, ``Degraded`` (and ``Progressing`` on a
    new generation) and post Events for transitions.
 
-Cost: one discovery request per API group (cached when present), one apply per child, one list
-per managed kind for pruning, two status requests.
+Cost: one GET of the referenced ScalingPolicy, one discovery request per API group (cached
+when present), one apply per child, one list per managed kind served for pruning, one status
+read-modify-write (GET, then PATCH when something changed) and one Event per condition
+transition.
 """
 
 from __future__ import annotations
@@ -39,10 +41,9 @@ from typing import Any
 import kopf
 
 from prefixserving import constants
-from prefixserving.api import names
+from prefixserving.api import lifecycle, names
 from prefixserving.api.types import PrefixServing, ScalingPolicy
 from prefixserving.api.validation import SpecError, parse_resource, parse_scaling_policy
-from prefixserving.controller import conditions as cond
 from prefixserving.controller.drift import drifted
 from prefixserving.controller.kube import Kube, KubeError
 from prefixserving.kinds import CHILD_KINDS, PREFIX_SERVING, SCALING_POLICY, kind_of
@@ -50,7 +51,6 @@ from prefixserving.render import render_children
 
 logger = logging.getLogger(__name__)
 
-REASON_POLICY_NOT_FOUND = "PolicyNotFound"
 # How long kopf waits before retrying a reconcile whose children were refused.
 REFUSED_RETRY_S = 30.0
 
@@ -78,23 +78,23 @@ class Outcome:
     scaler_missing: str = ""
     policy_missing: str = ""
 
-    def degraded(self) -> cond.Condition:
+    def degraded(self) -> lifecycle.ConditionUpdate:
         """Degraded: the most pressing reason (refused child, missing scaler, missing policy),
         with every problem in the message."""
         refused = "; ".join(f"{ref}: {message}" for ref, message in self.refused)
         problems = [
-            (constants.REASON_CHILD_REJECTED, refused),
-            (constants.REASON_SCALER_MISSING, self.scaler_missing),
-            (REASON_POLICY_NOT_FOUND, self.policy_missing),
+            (lifecycle.REASON_CHILD_REJECTED, refused),
+            (lifecycle.REASON_SCALER_MISSING, self.scaler_missing),
+            (lifecycle.REASON_POLICY_NOT_FOUND, self.policy_missing),
         ]
         found = [(reason, message) for reason, message in problems if message]
         if found:
             message = " | ".join(message for _, message in found)
-            return cond.Condition(constants.COND_DEGRADED, True, found[0][0], message)
+            return lifecycle.mark_degraded(found[0][0], message)
         message = f"{len(self.applied)} objects applied"
         if self.skipped:
             message += f"; not served by this cluster, skipped: {', '.join(self.skipped)}"
-        return cond.Condition(constants.COND_DEGRADED, False, "Reconciled", message)
+        return lifecycle.mark_reconciled(message)
 
 
 def ref(obj: Mapping[str, Any]) -> str:
@@ -185,11 +185,14 @@ def prune(
 
 
 def write_status(
-    kube: Kube, body: Mapping[str, Any], updates: list[cond.Condition], extra: Mapping[str, Any]
-) -> list[cond.Transition]:
+    kube: Kube,
+    body: Mapping[str, Any],
+    updates: list[lifecycle.ConditionUpdate],
+    extra: Mapping[str, Any],
+) -> list[lifecycle.Transition]:
     """Set conditions and fields on ``status``; post an Event per transition."""
     meta = body["metadata"]
-    transitions: list[cond.Transition] = []
+    transitions: list[lifecycle.Transition] = []
 
     def mutate(status: dict[str, Any]) -> dict[str, Any]:
         nonlocal transitions
@@ -197,8 +200,8 @@ def write_status(
             old = status.get(key)
             merge = isinstance(old, Mapping) and isinstance(value, Mapping)
             status[key] = {**old, **value} if merge else value
-        status["conditions"], transitions = cond.apply(
-            status.get("conditions"), updates, meta.get("generation"), cond.now_rfc3339()
+        status["conditions"], transitions = lifecycle.apply(
+            status.get("conditions"), updates, meta.get("generation"), lifecycle.now_rfc3339()
         )
         return status
 
@@ -230,9 +233,9 @@ def halt(
         kube,
         body,
         [
-            cond.Condition(constants.COND_READY, False, reason, message),
-            cond.Condition(constants.COND_DEGRADED, True, reason, message),
-            cond.Condition(constants.COND_PROGRESSING, False, reason, next_step),
+            lifecycle.mark_not_ready(reason, message),
+            lifecycle.mark_degraded(reason, message),
+            lifecycle.mark_halted(reason, next_step),
         ],
         extra,
     )
@@ -241,7 +244,7 @@ def halt(
 def reject_invalid(kube: Kube, body: Mapping[str, Any], error: SpecError) -> None:
     message = "; ".join(str(problem) for problem in error.problems)
     extra = {"observedGeneration": body["metadata"].get("generation")}
-    halt(kube, body, constants.REASON_INVALID_SPEC, message, "fix the spec to continue", extra)
+    halt(kube, body, lifecycle.REASON_INVALID_SPEC, message, "fix the spec to continue", extra)
 
 
 def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
@@ -261,7 +264,7 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
         children = desired_children(kube, resource, outcome)
     except RenderFailed as error:
         next_step = "nothing applied; the resync retries it"
-        halt(kube, body, constants.REASON_RENDER_FAILED, str(error), next_step, {})
+        halt(kube, body, lifecycle.REASON_RENDER_FAILED, str(error), next_step, {})
         raise
     apply_children(kube, children, outcome)
     prune(kube, resource, children, outcome)
@@ -272,12 +275,9 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
     updates = [outcome.degraded()]
     if previous != generation:
         updates.append(
-            cond.Condition(
-                constants.COND_PROGRESSING,
-                True,
-                constants.REASON_ROLLING_OUT,
+            lifecycle.mark_rolling_out(
                 f"generation {generation}: applied {len(outcome.applied)} objects"
-                + (f", deleted {', '.join(outcome.deleted)}" if outcome.deleted else ""),
+                + (f", deleted {', '.join(outcome.deleted)}" if outcome.deleted else "")
             )
         )
     write_status(

@@ -1,17 +1,23 @@
-"""Status timers: the children's state and the Prometheus figures, written into ``status``.
+"""Status jobs (run by ``controller/periodic.py``): the children's state and the Prometheus
+figures, written into ``status``.
 
-:func:`refresh` (every ``status_interval_s``) reads the engine and router Deployments and the
-engine pods and sets ``replicas``, ``readyReplicas`` (engine container ready), ``warmReplicas``
-(pod Ready: with warm-up on, a pod turns Ready only after its warm-up), ``Ready`` and
-``Progressing`` (see ``controller.conditions`` for the roll-up). It skips a resource whose
-current generation was judged invalid, so ``InvalidSpec`` stays visible.
+:func:`refresh` (every ``status_interval_s``) reads the engine and router Deployments (and,
+with warm-up on, the engine pods) and sets ``replicas``, ``readyReplicas`` (engine container
+ready), ``warmReplicas`` (pod Ready: with warm-up on, a pod turns Ready only after its
+warm-up), ``Ready`` and ``Progressing`` (``api/lifecycle.py`` documents both and the roll-up:
+Ready means serving traffic, it does not wait for a rollout). It skips a resource not yet
+reconciled and one whose current generation was judged invalid, so ``InvalidSpec`` stays
+visible; while a new generation is not applied yet it leaves ``Progressing`` alone.
 
-:func:`refresh_metrics` (every ``metrics_interval_s``) writes ``status.metrics`` and the
-``MetricsAvailable`` condition. A missing or slow Prometheus only flips that condition (old
-figures stay, their ``asOf`` shows their age); nothing else in the status changes.
+:func:`refresh_metrics` (every ``metrics_interval_s``) writes ``status.metrics``,
+``status.hints`` and the ``MetricsAvailable`` condition. A missing or slow Prometheus only
+flips that condition (old figures stay, their ``asOf`` shows their age); nothing else in the
+status changes.
 
-Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); three PromQL
-queries bounded by the timeout (refresh_metrics); one or two status requests each.
+Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); five PromQL
+queries, each bounded by the timeout (refresh_metrics, ``controller/status_metrics.py``); then
+one status read-modify-write (a GET and, when something changed, a PATCH) and one Event per
+condition transition.
 """
 
 from __future__ import annotations
@@ -20,18 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prefixserving import constants
-from prefixserving.api import defaults, names
+from prefixserving.api import defaults, lifecycle, names
 from prefixserving.api.validation import SpecError, parse_resource
-from prefixserving.controller import conditions as cond
-from prefixserving.controller import metrics
+from prefixserving.controller import status_metrics
 from prefixserving.controller.handlers.reconcile import write_status
 from prefixserving.controller.kube import DEPLOYMENT, POD, Kube
 
 ENGINE_CONTAINER = "engine"
-REASON_ROLLOUT_COMPLETE = "RolloutComplete"
-REASON_PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
-REASON_PROMETHEUS_ANSWERED = "PrometheusAnswered"
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def observe(kube: Kube, namespace: str, name: str, warmup: bool) -> Observation:
     return Observation(engine=engine, router=router, engine_container_ready=ready, warm=warm)
 
 
-def judge(observation: Observation, namespace: str, name: str) -> list[cond.Condition]:
+def judge(observation: Observation, namespace: str, name: str) -> list[lifecycle.ConditionUpdate]:
     """Ready and Progressing from an observation. A pod serves once it is Ready (after its
     warm-up when warm-up is on); "loaded" counts engine containers that are up."""
     engine, router = observation.engine, observation.router
@@ -117,42 +118,31 @@ def judge(observation: Observation, namespace: str, name: str) -> list[cond.Cond
     routers = f"{router.ready}/{router.desired} router replicas ready"
     if not engine.exists or engine.ready == 0:
         deployment = names.engine_deployment(name)
-        ready = cond.Condition(
-            constants.COND_READY,
-            False,
-            constants.REASON_ENGINE_UNAVAILABLE,
+        ready = lifecycle.mark_not_ready(
+            lifecycle.REASON_ENGINE_UNAVAILABLE,
             f"{engines}; for scheduling or model-loading problems run: "
             f"kubectl -n {namespace} describe deployment {deployment}",
         )
     elif not router.exists or router.ready == 0:
-        ready = cond.Condition(
-            constants.COND_READY, False, constants.REASON_ROUTER_UNAVAILABLE, routers
-        )
+        ready = lifecycle.mark_not_ready(lifecycle.REASON_ROUTER_UNAVAILABLE, routers)
     else:
-        ready = cond.Condition(
-            constants.COND_READY, True, constants.REASON_READY, f"{engines}; {routers}"
-        )
+        ready = lifecycle.mark_ready(f"{engines}; {routers}")
     if engine.rolled_out and router.rolled_out:
-        progressing = cond.Condition(
-            constants.COND_PROGRESSING, False, REASON_ROLLOUT_COMPLETE, "all replicas updated"
-        )
+        progressing = lifecycle.mark_rollout_complete("all replicas updated")
     else:
-        progressing = cond.Condition(
-            constants.COND_PROGRESSING,
-            True,
-            constants.REASON_ROLLING_OUT,
+        progressing = lifecycle.mark_rolling_out(
             f"engine {engine.updated}/{engine.desired} updated; "
-            f"router {router.updated}/{router.desired} updated",
+            f"router {router.updated}/{router.desired} updated"
         )
     return [ready, progressing]
 
 
 def _judged_invalid(body: Mapping[str, Any]) -> bool:
     status = body.get("status") or {}
-    ready = cond.find(status.get("conditions"), constants.COND_READY)
+    ready = lifecycle.find(status.get("conditions"), lifecycle.COND_READY)
     return bool(
         ready
-        and ready.get("reason") == constants.REASON_INVALID_SPEC
+        and ready.get("reason") == lifecycle.REASON_INVALID_SPEC
         and status.get("observedGeneration") == body["metadata"].get("generation")
     )
 
@@ -167,7 +157,7 @@ def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
     observation = observe(kube, meta["namespace"], meta["name"], warmup)
     updates = judge(observation, meta["namespace"], meta["name"])
     if status.get("observedGeneration") != meta.get("generation"):
-        updates = [u for u in updates if u.type != constants.COND_PROGRESSING]
+        updates = [u for u in updates if u.type != lifecycle.COND_PROGRESSING]
     write_status(
         kube,
         body,
@@ -183,7 +173,7 @@ def refresh(kube: Kube, body: Mapping[str, Any]) -> Observation | None:
 
 def refresh_metrics(
     kube: Kube, body: Mapping[str, Any], prometheus_url: str, timeout_s: float
-) -> metrics.Figures | None:
+) -> status_metrics.Figures | None:
     """Prometheus -> ``status.metrics``; a failure degrades only ``MetricsAvailable``."""
     meta = body["metadata"]
     if not prometheus_url:
@@ -191,44 +181,30 @@ def refresh_metrics(
             kube,
             body,
             [
-                cond.Condition(
-                    constants.COND_METRICS,
-                    None,
-                    REASON_PROMETHEUS_NOT_CONFIGURED,
-                    "start the operator with --prometheus-url to fill status.metrics",
+                lifecycle.mark_metrics_unknown(
+                    "start the operator with --prometheus-url to fill status.metrics"
                 )
             ],
             {},
         )
         return None
     try:
-        figures = metrics.query(
+        figures = status_metrics.query(
             prometheus_url, meta["namespace"], meta["name"], timeout_s, _hygiene_threshold(body)
         )
-    except metrics.MetricsUnavailable as exc:
+    except status_metrics.MetricsUnavailable as exc:
         write_status(
             kube,
             body,
-            [
-                cond.Condition(
-                    constants.COND_METRICS, False, constants.REASON_PROMETHEUS_UNAVAILABLE, str(exc)
-                )
-            ],
+            [lifecycle.mark_metrics_unavailable(str(exc))],
             {},
         )
         return None
     write_status(
         kube,
         body,
-        [
-            cond.Condition(
-                constants.COND_METRICS,
-                True,
-                REASON_PROMETHEUS_ANSWERED,
-                f"queried {prometheus_url}",
-            )
-        ],
-        {"metrics": figures.as_status(cond.now_rfc3339()), "hints": list(figures.hints)},
+        [lifecycle.mark_metrics_available(f"queried {prometheus_url}")],
+        {"metrics": figures.as_status(lifecycle.now_rfc3339()), "hints": list(figures.hints)},
     )
     return figures
 

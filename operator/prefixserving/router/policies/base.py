@@ -1,14 +1,21 @@
 """The routing-policy interface shared by the router and the cluster simulator.
 
 A policy sees one frozen :class:`RoutingContext` per request (the request's prefix block
-hashes, the healthy backends, their loads) and returns a :class:`Decision`. Policies never hash
-request bodies themselves (``router.keys`` does) and never do I/O, so the HTTP router and the
-simulator run exactly the same code.
+hashes, the healthy backends, their loads) and returns a :class:`Decision`: the backend, why,
+and the ordered fallbacks a retry walks. Policies never hash request bodies themselves
+(``router.prefix_hashing`` does) and never do I/O, so the HTTP router and the simulator run
+exactly the same code.
+
+Two calls per request, in this order (:func:`route`): :meth:`RoutingPolicy.select` decides and
+changes no state (so the hot-prefix endpoint can ask where a prefix would go, :func:`home`);
+:meth:`RoutingPolicy.on_routed` then does the policy's upkeep for the routed request (counts,
+remembered backends, rotation), once per request, never for a retry: "producers compute,
+scorers read" (llm-d).
 
 Determinism: every policy must give the same decision for the same context and the same
-sequence of earlier contexts, with no randomness and no process-specific hashing (never
-Python's ``hash()`` on strings, which is salted per process). This is what lets two router
-replicas agree without talking to each other.
+sequence of earlier routed contexts, with no randomness and no process-specific hashing
+(never Python's ``hash()`` on strings, which is salted per process). This is what lets two
+router replicas agree without talking to each other.
 """
 
 from __future__ import annotations
@@ -41,12 +48,23 @@ class DecisionReason(enum.StrEnum):
     AFFINITY = "affinity"  # the backend the prefix ranks first
     SPILLED = "spilled"  # a lower-ranked backend, the better ones being over the load bound
     FALLBACK = "fallback"  # no backend within the bound: the least-loaded one
-    BALANCE = "balance"  # a policy with no affinity (round-robin, least-loaded)
+    # no preference by prefix: a policy without affinity, a request without blocks, or (in
+    # two_choice) a key with no recorded backend among its candidates
+    BALANCE = "balance"
 
 
 class Decision(NamedTuple):
+    """One routing decision: ``backend``, ``reason``, and ``fallbacks``, the backends a
+    retry goes to, best first (empty: no retry)."""
+
     backend: str
     reason: DecisionReason
+    fallbacks: tuple[str, ...] = ()
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """``backend`` followed by the fallbacks: the order the proxy tries them in."""
+        return (self.backend, *self.fallbacks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,22 +84,36 @@ class RoutingContext:
 class RoutingPolicy:
     """Base class of every routing policy.
 
-    Subclasses set ``name`` (the registry key and metric label) and implement :meth:`select`;
-    policies with prefix affinity also implement :meth:`rank`, which the hot-prefix endpoint
-    uses to tell a new member which prefixes it would own.
+    Subclasses set ``name`` (the registry key and metric label) and ``affinity`` (whether
+    the policy places a prefix on a backend of its own: the warm-up sidecar of a new backend
+    asks which prefixes it would get, and a policy without affinity gives none), implement
+    :meth:`select`, and override :meth:`on_routed` when they keep state.
     """
 
     name: ClassVar[str]
+    affinity: ClassVar[bool] = False
 
     def select(self, ctx: RoutingContext) -> Decision:
+        """The decision for ``ctx``. Changes no state: calling it again gives the same
+        decision. ``ctx.backends`` must be non-empty (``ValueError`` otherwise)."""
         raise NotImplementedError
 
-    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
-        """Backends in order of preference for these blocks, ignoring load."""
-        return list(backends)
-
     def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
-        """Called after a request was sent to ``decision.backend``."""
+        """Called once after :meth:`select` for a request that is routed by ``decision``: the
+        policy's upkeep (the default keeps no state)."""
 
-    def on_complete(self, backend: str) -> None:
-        """Called when a request to ``backend`` finished (any outcome)."""
+
+def route(policy: RoutingPolicy, ctx: RoutingContext) -> Decision:
+    """Decide for one request and let the policy record it: what the router does per request."""
+    decision = policy.select(ctx)
+    policy.on_routed(ctx, decision)
+    return decision
+
+
+def home(policy: RoutingPolicy, blocks: tuple[int, ...], backends: Sequence[str]) -> str | None:
+    """The backend ``policy`` sends a request with ``blocks`` to when every one of
+    ``backends`` is idle, or None when the policy has no affinity. Records nothing; cost: one
+    :meth:`~RoutingPolicy.select`."""
+    if not policy.affinity:
+        return None
+    return policy.select(RoutingContext(blocks, tuple(sorted(backends)))).backend

@@ -4,14 +4,15 @@
 
 1. Load of each backend: max(in-flight, running + ``waiting_weight`` x waiting) +
    ``kv_weight`` x KV usage (:mod:`.load`).
-2. Take the least loaded; among equals, the first at or after a rotating start position, so
-   an idle fleet is filled in turn rather than always from the first backend; ``balance``.
+2. Take the least loaded; among equals, the first at or after a rotating start position (one
+   step per routed request), so an idle fleet is filled in turn rather than always from the
+   first backend; ``balance``. The others, by load, are the fallbacks.
 
 **Parameters** (:class:`LeastLoadedConfig`)
 
 - ``waiting_weight`` (1.0), ``kv_weight`` (2.0): weights of the scraped signals in the load.
 
-**Complexity**: O(N) per request; memory O(1).
+**Complexity**: O(N log N) per request (the backends sorted by load); memory O(1).
 
 | | least_loaded | round_robin | prefix_affinity |
 |---|---|---|---|
@@ -30,7 +31,7 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.load import LoadWeights, least_loaded, load_values
+from prefixserving.router.policies.load import LoadWeights, by_load, load_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,10 @@ class LeastLoadedPolicy(RoutingPolicy):
         if not ctx.backends:
             raise ValueError("no backends to route to")
         start = self._counter % len(ctx.backends)
-        self._counter += 1
         order = ctx.backends[start:] + ctx.backends[:start]
         values = load_values(ctx.backends, ctx.loads, self.weights)
-        return Decision(least_loaded(values, order), DecisionReason.BALANCE)
+        ranked = by_load(values, order)
+        return Decision(ranked[0], DecisionReason.BALANCE, tuple(ranked[1:]))
+
+    def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
+        self._counter += 1

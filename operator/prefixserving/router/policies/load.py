@@ -16,6 +16,9 @@ after this request, ``total`` the sum of all ``N`` backends' loads. With ``slack
 the paper's ``load + 1 <= ceil(c * m)`` for integer loads; the slack keeps small absolute
 gaps (a few requests) from counting as overload. The least-loaded backend is always within
 the bound.
+
+**Fallbacks**: a decision lists the backends to retry on after its choice, best first; the
+policies order the ones that are not their preference by load (:func:`by_load`).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from prefixserving.api import defaults
 from prefixserving.router.policies.base import BackendLoad
-from prefixserving.router.policies.keying import PrefixKeyParams
+from prefixserving.router.policies.key_choice import PrefixKeyParams
 
 _IDLE = BackendLoad()
 
@@ -56,10 +60,10 @@ def load_capacity(values: Mapping[str, float], load_bound: float, slack: float =
     return max(float(math.ceil(load_bound * mean_after)), mean_after + slack)
 
 
-def least_loaded(values: Mapping[str, float], order: Sequence[str]) -> str:
-    """The backend with the least load; ties go to the earliest in ``order``."""
-    position = {b: i for i, b in enumerate(order)}
-    return min(order, key=lambda b: (values[b], position[b]))
+def by_load(values: Mapping[str, float], order: Sequence[str]) -> list[str]:
+    """``order`` sorted by load, least loaded first; ties keep their order in ``order`` (a
+    stable sort). O(N log N)."""
+    return sorted(order, key=values.__getitem__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,7 @@ class AffinityLoadParams(PrefixKeyParams):
     """Key choice plus the bounded-load rule, shared by the affinity policies' configs:
     ``load_bound`` (1.25), ``load_slack`` (4.0), ``waiting_weight`` (1.0), ``kv_weight`` (2.0)."""
 
-    load_bound: float = 1.25
+    load_bound: float = defaults.ROUTER_LOAD_BOUND
     load_slack: float = 4.0
     waiting_weight: float = 1.0
     kv_weight: float = 2.0

@@ -3,8 +3,8 @@ that spills heavy prefixes first.
 
 **Algorithm**
 
-1. Key (:mod:`.keying`): observe the request's leading block hashes and take the shallowest
-   block that is not hot; requests behind the same not-hot prefix share a key, and a hot
+1. Key (:mod:`.key_choice`): take the shallowest of the request's leading block hashes that
+   is not hot; requests behind the same not-hot prefix share a key, and a hot
    prefix such as a system prompt is split by what follows it. A hot prefix that needs fewer
    than N backends keeps ``homes`` of them: its rendezvous first choices.
 2. Rank (:func:`affinity_ranking`): rendezvous hashing of the key over all backends; for a
@@ -20,6 +20,10 @@ that spills heavy prefixes first.
    request (:mod:`.load`): the first is ``affinity``, a later one ``spilled``.
 5. None of them: the least-loaded backend, ``fallback``. A request without blocks: the
    least-loaded backend, ``balance``.
+6. Fallbacks (where a retry goes): the other backends of step 4 within the bound, in ranking
+   order, then every other backend by load (least loaded first, ties in ranking order).
+7. Once routed (``on_routed``): count the request's blocks (:mod:`.key_choice`). Step 1 reads
+   the counts as they will be with this request counted, so steps 1-6 change no state.
 
 **Why heavy keys spill first.** A spilled request recomputes its whole prefix on a backend
 that does not hold it. A heavy key (a popular document) is a lasting part of its home's load:
@@ -53,7 +57,7 @@ same requests.
 - ``spill_ranks`` (3): backends of the ranking tried before falling back to the least loaded.
 - ``waiting_weight`` (1.0), ``kv_weight`` (2.0): weights of the scraped signals in the load.
 - ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
-  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
+  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.key_choice`.
 
 **Complexity**: O(``max_depth_blocks`` + N log N) per request; memory O(``sketch_width``).
 
@@ -77,10 +81,10 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import KeyChoice, PrefixKeySelector
+from prefixserving.router.policies.key_choice import KeyChoice, PrefixKeySelector
 from prefixserving.router.policies.load import (
     AffinityLoadParams,
-    least_loaded,
+    by_load,
     load_capacity,
     load_values,
 )
@@ -125,29 +129,32 @@ class PrefixAffinityPolicy(RoutingPolicy):
     key's load bound, else the least loaded."""
 
     name = "prefix_affinity"
+    affinity = True
 
     def __init__(self, config: PrefixAffinityConfig | None = None) -> None:
         self.config = config or PrefixAffinityConfig()
-        self.keys = PrefixKeySelector(self.config)
+        self.selector = PrefixKeySelector(self.config)
 
     def select(self, ctx: RoutingContext) -> Decision:
         if not ctx.backends:
             raise ValueError("no backends to route to")
         values = load_values(ctx.backends, ctx.loads, self.config.weights)
-        choice = self.keys.route_choice(ctx.blocks, len(ctx.backends))
+        choice = self.selector.choose(ctx.blocks, len(ctx.backends))
         if choice is None:
-            return Decision(least_loaded(values, ctx.backends), DecisionReason.BALANCE)
+            order = by_load(values, ctx.backends)
+            return Decision(order[0], DecisionReason.BALANCE, tuple(order[1:]))
         ranking = affinity_ranking(choice, ctx.backends)
         bound = self.config.bound_for(choice.weight, len(ctx.backends))
         capacity = load_capacity(values, bound, self.config.load_slack)
-        for position, backend in enumerate(ranking[: self.config.spill_ranks]):
-            if values[backend] < capacity:
-                reason = DecisionReason.AFFINITY if position == 0 else DecisionReason.SPILLED
-                return Decision(backend, reason)
-        return Decision(least_loaded(values, ranking), DecisionReason.FALLBACK)
+        within = [b for b in ranking[: self.config.spill_ranks] if values[b] < capacity]
+        order = within + by_load(values, [b for b in ranking if b not in within])
+        if not within:
+            reason = DecisionReason.FALLBACK
+        elif within[0] == ranking[0]:
+            reason = DecisionReason.AFFINITY
+        else:
+            reason = DecisionReason.SPILLED
+        return Decision(order[0], reason, tuple(order[1:]))
 
-    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
-        choice = self.keys.choose(blocks, len(backends))
-        if choice is None:
-            return sorted(backends)
-        return affinity_ranking(choice, backends)
+    def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
+        self.selector.observe(ctx.blocks)

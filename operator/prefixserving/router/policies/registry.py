@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from prefixserving.api import defaults
 from prefixserving.router.policies.base import RoutingPolicy
 from prefixserving.router.policies.least_loaded import LeastLoadedConfig, LeastLoadedPolicy
 from prefixserving.router.policies.prefix_affinity import (
@@ -20,7 +21,8 @@ from prefixserving.router.policies.prefix_affinity import (
 from prefixserving.router.policies.round_robin import RoundRobinConfig, RoundRobinPolicy
 from prefixserving.router.policies.two_choice import TwoChoiceConfig, TwoChoicePolicy
 
-DEFAULT_POLICY = "prefix_affinity"
+# The API default (spec.router.algorithm), in the registry's spelling.
+DEFAULT_POLICY = defaults.ROUTER_ALGORITHM.replace("-", "_")
 
 _REGISTRY: dict[str, tuple[type[Any], type[Any]]] = {
     PrefixAffinityPolicy.name: (PrefixAffinityPolicy, PrefixAffinityConfig),

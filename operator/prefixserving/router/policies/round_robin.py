@@ -2,14 +2,15 @@
 
 **Algorithm**
 
-1. Take backend ``counter mod N`` of the sorted healthy backends; ``balance``.
-2. Increment the counter.
+1. Take backend ``counter mod N`` of the sorted healthy backends; ``balance``. The ones
+   after it, in turn, are the fallbacks.
+2. Once the request is routed (``on_routed``), increment the counter.
 
 Deterministic: two routers that saw the same number of requests pick the same backend.
 
 **Parameters** (:class:`RoundRobinConfig`): none.
 
-**Complexity**: O(1) per request; memory O(1).
+**Complexity**: O(N) per request (the fallback list); memory O(1).
 
 | | round_robin | least_loaded | prefix_affinity |
 |---|---|---|---|
@@ -47,6 +48,9 @@ class RoundRobinPolicy(RoutingPolicy):
     def select(self, ctx: RoutingContext) -> Decision:
         if not ctx.backends:
             raise ValueError("no backends to route to")
-        backend = ctx.backends[self._counter % len(ctx.backends)]
+        start = self._counter % len(ctx.backends)
+        order = ctx.backends[start:] + ctx.backends[:start]
+        return Decision(order[0], DecisionReason.BALANCE, order[1:])
+
+    def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
         self._counter += 1
-        return Decision(backend, DecisionReason.BALANCE)

@@ -7,7 +7,7 @@ by "the power of two choices".
 
 **Algorithm**
 
-1. Key: the same key block as ``prefix_affinity`` (:mod:`.keying`; DualMap also adapts the
+1. Key: the same key block as ``prefix_affinity`` (:mod:`.key_choice`; DualMap also adapts the
    hashed prefix length).
 2. Candidates: the rendezvous winner under seed A, and the winner under seed B among the
    other backends (two independent hash functions; distinct when N >= 2).
@@ -16,7 +16,9 @@ by "the power of two choices".
    load bound of ``prefix_affinity`` take it: ``affinity``.
    DualMap's rule is "affinity until the TTFT SLO is at risk"; the bound is its load proxy.
 4. Otherwise the less loaded candidate (ties: the first): ``spilled`` when that is not the
-   recorded one, ``balance`` for a key seen for the first time (or whose backend left).
+   recorded one, ``balance`` for a key seen for the first time (or whose recorded backend is
+   no longer a candidate). The other candidate is the decision's only fallback.
+5. Once routed (``on_routed``): record the key's backend, then count the request's blocks.
 
 Only the two candidates are ever used, as in DualMap; its hotspot migration (moving queued
 requests) and dual hash ring are out of scope for a router that does not hold queues.
@@ -27,7 +29,7 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
   (2.0): as in ``prefix_affinity``.
 - ``affinity_entries`` (65536): keys remembered with their last backend (LRU).
 - ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
-  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.keying`.
+  ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.key_choice`.
 
 **Complexity**: O(``max_depth_blocks`` + N) per request; memory O(``sketch_width`` +
 ``affinity_entries``).
@@ -53,8 +55,8 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.router.policies.keying import PrefixKeySelector
-from prefixserving.router.policies.load import AffinityLoadParams, least_loaded, load_values
+from prefixserving.router.policies.key_choice import PrefixKeySelector
+from prefixserving.router.policies.load import AffinityLoadParams, by_load, load_values
 from prefixserving.router.policies.ranking import rendezvous_top
 
 _SEED_A = 0x243F6A8885A308D3
@@ -77,10 +79,11 @@ class TwoChoicePolicy(RoutingPolicy):
     """Two hashed candidates per key; the cached one unless over the load bound."""
 
     name = "two_choice"
+    affinity = True
 
     def __init__(self, config: TwoChoiceConfig | None = None) -> None:
         self.config = config or TwoChoiceConfig()
-        self.keys = PrefixKeySelector(self.config)
+        self.selector = PrefixKeySelector(self.config)
         self._last: OrderedDict[int, str] = OrderedDict()
 
     @staticmethod
@@ -94,33 +97,31 @@ class TwoChoicePolicy(RoutingPolicy):
         if not ctx.backends:
             raise ValueError("no backends to route to")
         values = load_values(ctx.backends, ctx.loads, self.config.weights)
-        if not ctx.blocks:
-            return Decision(least_loaded(values, ctx.backends), DecisionReason.BALANCE)
-        key = self.keys.route_key(ctx.blocks, len(ctx.backends))
-        assert key is not None
+        key = self.selector.key(ctx.blocks, len(ctx.backends))
+        if key is None:
+            order = by_load(values, ctx.backends)
+            return Decision(order[0], DecisionReason.BALANCE, tuple(order[1:]))
         pair = self.candidates(key, ctx.backends)
         cached = self._last.get(key)
         capacity = self.config.capacity(values)
         if cached in pair and values[cached] < capacity:
             backend = cached
         else:
-            backend = least_loaded(values, pair)
+            backend = by_load(values, pair)[0]
         if backend == cached:
             reason = DecisionReason.AFFINITY
         else:
             reason = DecisionReason.SPILLED if cached in pair else DecisionReason.BALANCE
-        self._remember(key, backend)
-        return Decision(backend, reason)
+        return Decision(backend, reason, tuple(b for b in pair if b != backend))
 
-    def _remember(self, key: int, backend: str) -> None:
-        self._last[key] = backend
+    def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
+        """Remember the backend of the request's key (bounded LRU), then count its blocks. The
+        key is read before the count, so it is the key :meth:`select` chose by."""
+        key = self.selector.key(ctx.blocks, len(ctx.backends))
+        self.selector.observe(ctx.blocks)
+        if key is None:
+            return
+        self._last[key] = decision.backend
         self._last.move_to_end(key)
         while len(self._last) > self.config.affinity_entries:
             self._last.popitem(last=False)
-
-    def rank(self, blocks: tuple[int, ...], backends: Sequence[str]) -> list[str]:
-        key = self.keys.key(blocks, len(backends))
-        if key is None:
-            return sorted(backends)
-        pair = self.candidates(key, backends)
-        return pair + sorted(b for b in backends if b not in pair)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from prefixserving.router.keys import (
+from prefixserving.router.prefix_hashing import (
     ContentKind,
     KeyConfig,
     RequestError,
@@ -145,7 +145,7 @@ def test_chat_bodies_that_cannot_be_keyed(messages: object) -> None:
 @pytest.mark.slow
 def test_keys_are_stable_across_processes() -> None:
     code = (
-        "from prefixserving.router.keys import KeyConfig, completion_key;"
+        "from prefixserving.router.prefix_hashing import KeyConfig, completion_key;"
         "print(completion_key({'model': 'm', 'prompt': 'q' * 64}, KeyConfig(16, 4)).blocks)"
     )
     outputs = {

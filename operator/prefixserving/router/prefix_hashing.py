@@ -1,4 +1,5 @@
-"""Prefix keys: chained hashes over fixed-size blocks of a request's leading content.
+"""Prefix hashing: a request body -> its :class:`PrefixKey`, chained hashes over fixed-size
+blocks of its leading content (the only place the router reads a body).
 
 **Algorithm**
 

@@ -1,4 +1,5 @@
-"""Which prefix block a request is hashed by, and over how many backends a hot prefix spreads.
+"""Key choice: which prefix block a request is ranked by, and over how many backends a hot
+prefix spreads.
 
 Hashing the first block sends everything behind a shared system prompt to one backend;
 hashing the deepest block splits a conversation whose turns share most of their prompt.
@@ -15,14 +16,18 @@ its followers are hashed over all of them.
 
 **Algorithm**
 
-1. Observe: for each of the request's first ``max_depth_blocks`` block hashes, add the
+1. Count (:meth:`PrefixKeySelector.observe`, a policy's ``on_routed``, once per routed
+   request): for each of the request's first ``max_depth_blocks`` block hashes, add the
    current increment to a count-min sketch (two rows of ``sketch_width`` counters, indexed by
    the low and high halves of the block hash's SplitMix64 mix); add it to the total too.
    The increment grows by ``1 / (1 - 1/window_requests)`` per request, which is an
    exponential decay of all counts with a horizon of ``window_requests`` requests (counts are
    rescaled before they overflow).
-2. Key: the first depth ``d`` whose share ``count(block[d]) / max(total, min_requests)`` is at
-   most ``hot_share / N``; when every block is hot, the deepest block looked at.
+2. Key (a read, in ``select``; it changes nothing): the first depth ``d`` whose share
+   ``count(block[d]) / max(total, min_requests)`` is at most ``hot_share / N``, with the
+   counts as step 1 will leave them for this request (computed without writing them, so the
+   read and the later count agree exactly); when every block is hot, the deepest block looked
+   at.
 3. Homes (:meth:`PrefixKeySelector.choose`): when ``d > 0`` the block above the key is hot,
    and it is spread over ``homes = ceil(share(block[d-1]) / (hot_share / N))`` backends. When
    that is fewer than N, the homes are the first ``homes`` rendezvous choices of the
@@ -103,7 +108,14 @@ class KeyChoice:
 
 
 class PrefixKeySelector:
-    """Decayed block popularity (count-min sketch) and the key choice built on it."""
+    """Decayed block popularity (count-min sketch) and the key choice built on it.
+
+    Reads (:meth:`depth`, :meth:`key`, :meth:`choose`) change nothing and see the counts as
+    they will be once the request asked about is counted, so a routed request weighs in its
+    own key choice; :meth:`observe` counts it (a policy's ``on_routed``). The slots and the
+    shares of the last blocks read are kept (the shares until the next count), so a request
+    read, read again and counted is hashed once and its shares computed once.
+    """
 
     def __init__(self, params: PrefixKeyParams) -> None:
         self.params = params
@@ -112,30 +124,35 @@ class PrefixKeySelector:
         self._growth = 1.0 / (1.0 - 1.0 / params.window_requests)
         self._increment = 1.0
         self._total = 0.0
+        self._last_blocks: tuple[int, ...] = ()
+        self._last_slots: list[tuple[int, int]] = []
+        self._last_shares: list[float] | None = None  # None: a count happened since
 
     def _slots(self, blocks: tuple[int, ...]) -> list[tuple[int, int]]:
-        """The sketch slots (one per row) of each of the first ``max_depth_blocks`` blocks."""
+        """The sketch slots (one per row) of each of the first ``max_depth_blocks`` blocks;
+        the last ones computed are reused for the same ``blocks`` object."""
+        if blocks is self._last_blocks:
+            return self._last_slots
         mask = self._mask
         out = []
         for block in blocks[: self.params.max_depth_blocks]:
             mixed = mix64(block)
             out.append((mixed & mask, (mixed >> 32) & mask))
+        self._last_blocks, self._last_slots, self._last_shares = blocks, out, None
         return out
 
     def observe(self, blocks: tuple[int, ...]) -> None:
-        """Count one request's leading blocks."""
-        self._observe(self._slots(blocks))
-
-    def _observe(self, slots: list[tuple[int, int]]) -> None:
+        """Count one request's leading blocks (the index upkeep after a request is routed)."""
         inc = self._increment
         first, second = self._rows
-        for a, b in slots:
+        for a, b in self._slots(blocks):
             first[a] += inc
             second[b] += inc
         self._total += inc
         self._increment *= self._growth
         if self._increment > _RESCALE_AT:
             self._rescale()
+        self._last_shares = None
 
     def _rescale(self) -> None:
         scale = 1.0 / self._increment
@@ -145,14 +162,43 @@ class PrefixKeySelector:
         self._increment = 1.0
 
     def share(self, block: int) -> float:
-        """Recent share of requests whose leading blocks include ``block`` (over-estimate)."""
-        return self._shares(self._slots((block,)))[0]
-
-    def _shares(self, slots: list[tuple[int, int]]) -> list[float]:
+        """Recent share of requests whose leading blocks include ``block`` (over-estimate), by
+        the requests counted so far."""
         first, second = self._rows
+        ((a, b),) = self._slots((block,))
         floor = self.params.min_requests * self._increment / self._growth
-        total = max(self._total, floor)
-        return [min(first[a], second[b]) / total for a, b in slots]
+        return min(first[a], second[b]) / max(self._total, floor)
+
+    def _shares_once_counted(self, blocks: tuple[int, ...]) -> list[float]:
+        """The shares of ``blocks``' slots after :meth:`observe` of ``blocks``, computed
+        without counting them: the same float operations in the same order as :meth:`observe`
+        and :meth:`_rescale`, so a read followed by a count agrees with the state it leaves,
+        bit for bit. O(len(blocks)); the answer is kept until the next count."""
+        slots = self._slots(blocks)
+        if self._last_shares is not None:
+            return self._last_shares
+        inc = self._increment
+        first, second = self._rows
+        total = self._total + inc
+        increment = inc * self._growth
+        scale = 1.0  # x * 1.0 == x: no rescale costs no rounding
+        if increment > _RESCALE_AT:
+            scale = 1.0 / increment
+            total *= scale
+            increment = 1.0
+        denominator = max(total, self.params.min_requests * increment / self._growth)
+        # min(x * scale, y * scale) == min(x, y) * scale exactly: rounding is monotonic.
+        if len({a for a, _ in slots}) == len({b for _, b in slots}) == len(slots):
+            shares = [min(first[a] + inc, second[b] + inc) * scale / denominator for a, b in slots]
+        else:  # a slot met twice (a collision) is added to twice, as in observe
+            after_first: dict[int, float] = {}
+            after_second: dict[int, float] = {}
+            for a, b in slots:
+                after_first[a] = after_first.get(a, first[a]) + inc
+                after_second[b] = after_second.get(b, second[b]) + inc
+            shares = [min(after_first[a], after_second[b]) * scale / denominator for a, b in slots]
+        self._last_shares = shares
+        return shares
 
     def threshold(self, n_backends: int) -> float:
         """The share above which a block is hot among ``n_backends`` backends."""
@@ -160,23 +206,25 @@ class PrefixKeySelector:
 
     def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
         """Index of the key block in ``blocks`` (which must be non-empty)."""
-        return self._depth(self._shares(self._slots(blocks)), n_backends)
-
-    def _depth(self, shares: list[float], n_backends: int) -> int:
         threshold = self.threshold(n_backends)
+        shares = self._shares_once_counted(blocks)
         for d, share in enumerate(shares):
             if share <= threshold:
                 return d
         return len(shares) - 1
 
-    def choose(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
-        """The key, and the homes of the hot prefix above it, without observing ``blocks``;
-        ``None`` for a request without blocks."""
+    def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
+        """The key block of ``blocks``, or ``None`` for a request without blocks."""
         if not blocks:
             return None
-        return self._choose(blocks, self._shares(self._slots(blocks)), n_backends)
+        return blocks[self.depth(blocks, n_backends)]
 
-    def _choose(self, blocks: tuple[int, ...], shares: list[float], n_backends: int) -> KeyChoice:
+    def choose(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
+        """The key, and the homes of the hot prefix above it; ``None`` for a request without
+        blocks."""
+        if not blocks:
+            return None
+        shares = self._shares_once_counted(blocks)
         threshold = self.threshold(n_backends)
         parent: int | None = None
         parent_share = share = 0.0
@@ -193,26 +241,3 @@ class PrefixKeySelector:
             return KeyChoice(key, None, max(n_backends, 1), share)
         homes = math.ceil(parent_share / threshold)
         return KeyChoice(key, parent, homes, parent_share / homes)
-
-    def route_choice(self, blocks: tuple[int, ...], n_backends: int) -> KeyChoice | None:
-        """Observe a routed request, then return :meth:`choose` for it."""
-        if not blocks:
-            return None
-        slots = self._slots(blocks)
-        self._observe(slots)
-        return self._choose(blocks, self._shares(slots), n_backends)
-
-    def key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
-        """The key block of ``blocks`` without observing them, or ``None`` for a request
-        without blocks."""
-        if not blocks:
-            return None
-        return blocks[self.depth(blocks, n_backends)]
-
-    def route_key(self, blocks: tuple[int, ...], n_backends: int) -> int | None:
-        """Observe a routed request, then return its key."""
-        if not blocks:
-            return None
-        slots = self._slots(blocks)
-        self._observe(slots)
-        return blocks[self._depth(self._shares(slots), n_backends)]

@@ -60,6 +60,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 ENV_METRICS_FILE = "PREFIXSERVING_PEEK_METRICS_FILE"
 PREFIX = "prefixserving:peek_"
 LABELS = ("engine", "model_name")
+# Names other components query (the operator's status, the autoscalers).
+PEEK_INFO = PREFIX + "info"
+PEEK_HELD_SIBLINGS = PREFIX + "held_siblings"
+PEEK_UNCACHED_WAITING_TOKENS = PREFIX + "uncached_waiting_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,7 @@ def snapshot_families(snap: PeekSnapshot, engine: str, model_name: str) -> list[
     """Prometheus metric families for a snapshot."""
     base = [engine, model_name]
     info = GaugeMetricFamily(
-        PREFIX + "info",
+        PEEK_INFO,
         "PEEK's scheduler base and fallback reason (empty: PEEK order).",
         labels=[*LABELS, "base", "fallback"],
     )

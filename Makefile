@@ -6,7 +6,7 @@ export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 REGISTRY ?= ghcr.io/prefixserving
 
-.PHONY: setup demo test test-fast lint crds docs images
+.PHONY: setup demo test vllm-contract test-fast lint crds docs images
 
 setup:
 	bash scripts/setup.sh
@@ -28,6 +28,14 @@ test-fast: setup
 lint:
 	$(BIN)/ruff check operator tests bench e2e
 	$(BIN)/ruff format --check operator tests bench e2e
+
+## One run of vLLM's own scheduler tests (after make setup), e.g.
+##   make vllm-contract RELEASE=0.33.0 MODE=peek-on ARGS="-k priority -x"
+RELEASE ?= 0.33.0
+MODE ?= peek-on
+ARGS ?=
+vllm-contract:
+	PYTHONPATH=tests $(BIN)/python -m vllm_contract.runner $(RELEASE) $(MODE) -- $(ARGS)
 
 ## Regenerate the CRDs (and the chart's copy) from the pydantic models.
 crds:

@@ -20,8 +20,9 @@ upper-case word such as ``NAME``):
   is a value in ``values.schema.json``. (Running ``helm template`` is the slow test's job.)
 - ``prefixserving ...``: the subcommand exists, every flag is one of its options, a value of a
   choice option is one of its choices.
-- ``make TARGET``: the target is in the Makefile. ``python``/``pytest``/``bash`` with a repo
-  path: the file exists; ``python -m MODULE``: the module is importable.
+- ``make TARGET NAME=value``: the target is in the Makefile and it sets the variable.
+  ``python``/``pytest``/``bash`` with a repo path: the file exists; ``python -m MODULE``: the
+  module is importable.
 - ``kubectl``: resource types exist (this project's names from ``crds/``, others from the list
   of built-in and add-on types below); ``-f`` files in the repo exist and, for this project's
   kinds, pass ``prefixserving validate``; ``-o jsonpath`` and ``explain`` paths and ``patch -p``
@@ -607,6 +608,25 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([A-Za-z][\w-]*):", text, flags=re.MULTILINE))
 
 
+def make_variables() -> set[str]:
+    """Variables the Makefile assigns (``NAME ?=``, ``NAME :=``, ``NAME =``)."""
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*[?:]?=", text, flags=re.MULTILINE))
+
+
+def make_problems(args: list[str], where: str) -> list[str]:
+    """``make`` arguments: each target exists, each ``NAME=value`` names a Makefile variable."""
+    problems = []
+    for arg in args:
+        name, is_variable, _ = arg.partition("=")
+        if is_variable:
+            if name not in make_variables():
+                problems.append(f"{where}: the Makefile sets no variable {name!r}")
+        elif arg not in make_targets():
+            problems.append(f"{where}: no make target {arg!r}")
+    return problems
+
+
 def static_problems(cmd: Command, validate: Any) -> list[str]:
     """Every problem of ``cmd`` that needs no subprocess (see the module docstring)."""
     where = str(cmd)
@@ -627,7 +647,7 @@ def static_problems(cmd: Command, validate: Any) -> list[str]:
             return [f"{where}: {error}"]
         return [f"{where}: {p}" for p in cli_problems(command, rest)]
     if program == "make":
-        return [f"{where}: no make target {t!r}" for t in args if t not in make_targets()]
+        return make_problems(args, where)
     if program in ("python", "python3", "pytest", "bash"):
         if args[:1] == ["-m"]:
             found = importlib.util.find_spec(args[1].split(".")[0]) is not None

@@ -40,8 +40,20 @@ def exported(registry: CollectorRegistry) -> set[str]:
 
 def project_series() -> set[str]:
     router = RouterMetrics(BackendPool(static=["http://127.0.0.1:1"]), PrefixHygiene())
-    counts = dict.fromkeys(("held_siblings", "pinned_blocks", "lanes", "sibling_holds"), 0)
-    snapshot = PeekSnapshot(**counts, lane_tokens={}, pick_tokens={}, admitted={}, pressure_steps=0)
+    counts = dict.fromkeys(
+        (
+            "held_siblings",
+            "pinned_blocks",
+            "uncached_waiting_tokens",
+            "sibling_holds",
+            "pressure_steps",
+            "headroom_stops",
+        ),
+        0,
+    )
+    snapshot = PeekSnapshot(
+        base="Scheduler", fallback="", admitted={}, admitted_tokens={}, **counts
+    )
     names = exported(router.registry) | exported(WarmupState().registry)
     for family in snapshot_families(snapshot, "0", "m"):
         names.add(family.name)

@@ -84,6 +84,7 @@ WRONG = [
     ("prefixserving router --policy lifo", "'lifo' is not one of"),
     ("prefixserving rooter", "no subcommand 'rooter'"),
     ("make deploy", "no make target 'deploy'"),
+    ("make vllm-contract RELEAS=0.33.0", "the Makefile sets no variable 'RELEAS'"),
     ("python bench/missing.py", "bench/missing.py does not exist"),
     ("kubectl apply -f examples/missing.yaml", "examples/missing.yaml does not exist"),
     ("kubectl get pfxs", "no resource type 'pfxs'"),

@@ -47,7 +47,16 @@ def test_scheduler_writes_a_snapshot_the_collector_exports(
     assert values[("prefixserving:peek_held_siblings", labels)] == 3
     assert values[("prefixserving:peek_sibling_holds_total", labels)] == 3
     assert values[("prefixserving:peek_pinned_blocks", labels)] == 0
-    assert values[("prefixserving:peek_admitted_total", (*labels, ("pick", "fcfs")))] == 1
+    admitted = sum(
+        value
+        for (name, sample_labels), value in values.items()
+        if name == "prefixserving:peek_admitted_total"
+    )
+    assert admitted == 1
+    info = (*labels, ("base", "Scheduler"), ("fallback", ""))
+    assert values[("prefixserving:peek_info", tuple(sorted(info)))] == 1
+    # The siblings' uncached full blocks are the pioneer's, being computed: none left over.
+    assert values[("prefixserving:peek_uncached_waiting_tokens", labels)] == 0
     scheduler.shutdown()
     assert not Path(f"{base}.0").exists()
     assert list(SnapshotCollector(str(base)).collect()) == []
@@ -72,7 +81,7 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
         path = os.environ[{ENV_METRICS_FILE!r}]
         assert path.startswith({str(tmp_path)!r}), path
         snap = PeekSnapshot(
-            2, 5, 3, {{"solo": 1, "cluster": 3}}, {{"fcfs": 4}}, {{"fcfs": 2}}, 7, 1
+            "AsyncScheduler", "", 2, 5, 4096, {{"cache": 3, "fcfs": 1}}, {{"cache": 300}}, 7, 1, 0
         )
         SnapshotWriter(path, "0", "m").write(snap)
         SnapshotWriter(path, "1", "m").write(snap)
@@ -86,8 +95,12 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
     held = families["prefixserving:peek_held_siblings"]
     assert sorted(s.labels["engine"] for s in held.samples) == ["0", "1"]
     assert {s.value for s in held.samples} == {2.0}
-    shares = {s.labels["lane"]: s.value for s in families["prefixserving:peek_lane_share"].samples}
-    assert shares == {"solo": 0.25, "cluster": 0.75}
+    admitted = families["prefixserving:peek_admitted"]
+    assert {(s.labels["engine"], s.labels["lane"], s.value) for s in admitted.samples} == {
+        (engine, lane, value) for engine in "01" for lane, value in (("cache", 3.0), ("fcfs", 1.0))
+    }
+    bases = {s.labels["base"] for s in families["prefixserving:peek_info"].samples}
+    assert bases == {"AsyncScheduler"}
     # Exposition stays valid: one HELP/TYPE per family although two engines wrote files.
     assert result.stdout.count("# TYPE prefixserving:peek_held_siblings ") == 1
 
@@ -95,10 +108,12 @@ def test_plugin_registers_the_collector_in_the_default_registry(tmp_path: Path) 
 def test_snapshot_of_a_dead_engine_is_not_exported(tmp_path: Path) -> None:
     base = tmp_path / "peek.prom"
     live = (
-        "# TYPE prefixserving:peek_lanes gauge\n"
-        'prefixserving:peek_lanes{engine="0",model_name="m"} 3.0\n'
+        "# TYPE prefixserving:peek_held_siblings gauge\n"
+        'prefixserving:peek_held_siblings{engine="0",model_name="m"} 3.0\n'
     )
     Path(f"{base}.0").write_text(f"# pid {os.getpid()}\n{live}")
     Path(f"{base}.1").write_text("# pid 2147483646\n" + live.replace('"0"', '"1"'))
     values = samples(SnapshotCollector(str(base)).collect())
-    assert list(values) == [("prefixserving:peek_lanes", (("engine", "0"), ("model_name", "m")))]
+    assert list(values) == [
+        ("prefixserving:peek_held_siblings", (("engine", "0"), ("model_name", "m")))
+    ]

@@ -59,4 +59,5 @@ def test_siblings_hit_the_pioneers_prefix(real_engine: object) -> None:
     after = wait_for(burst_exported, what="PEEK's snapshot with the burst", interval_s=0.3)
     assert delta(before, after, "vllm:prefix_cache_hits_total") >= SIBLINGS * SHARED_TOKENS
     assert "prefixserving:peek_held_siblings" in after
-    assert "prefixserving:peek_lane_share" in after
+    assert "prefixserving:peek_uncached_waiting_tokens" in after
+    assert "prefixserving:peek_info{" in after

@@ -18,7 +18,7 @@ from vllm.v1.request import Request
 from prefixserving import constants
 from prefixserving.engine.replay.engine import EngineShape, build_scheduler, fast_block_hash
 from prefixserving.engine.vllm import PeekAsyncScheduler, PeekRequestQueue, PeekScheduler
-from prefixserving.peek.lanes import SOLO_LANE
+from prefixserving.peek.settings import PeekSettings
 
 pytestmark = pytest.mark.slow  # imports vLLM
 
@@ -177,9 +177,8 @@ def test_different_adapter_or_salt_never_share(first: dict, second: dict) -> Non
     drive.scheduler.add_request(a)
     drive.scheduler.add_request(b)
     waiting = drive.scheduler.waiting
-    # Neither shares a block with the other: both sit in the lane for requests sharing nothing.
-    assert waiting.lanes.get("a").lane == waiting.lanes.get("b").lane == SOLO_LANE
-    assert waiting.index.shared_depth(a.block_hashes) == 0
+    # Neither shares a block with the other: neither has a cluster.
+    assert waiting.index.shared_blocks("a") == waiting.index.shared_blocks("b") == 0
     drive.run()
     assert drive.max_held == 0
     assert drive.cached_at_admission["b"] == 0
@@ -194,15 +193,32 @@ def test_same_salt_is_shared() -> None:
     assert drive.cached_at_admission["b"] == SHARED_TOKENS
 
 
-def test_no_sharing_admits_in_fcfs_order_like_stock() -> None:
+def no_sharing_orders(num_blocks: int) -> dict[type[Scheduler], list[str]]:
     orders = {}
     for cls in (Scheduler, PeekScheduler):
-        drive = Drive(cls, threshold=0, num_blocks=120)
+        drive = Drive(cls, threshold=0, num_blocks=num_blocks)
         for i in range(24):
             tokens = [1000 * (i + 1) + j for j in range(300 + 37 * (i % 5))]
             drive.scheduler.add_request(make_request(f"r{i}", tokens, arrival=i, max_tokens=16))
         orders[cls] = drive.run().admitted
+    return orders
+
+
+def test_no_sharing_and_no_cache_pressure_admits_in_stock_order() -> None:
+    """The cache holds everything: reordering buys no hits, so PEEK keeps vLLM's order."""
+    orders = no_sharing_orders(num_blocks=400)
     assert orders[PeekScheduler] == orders[Scheduler]
+
+
+def test_under_cache_pressure_cheaper_requests_go_first_within_the_overtake_budget() -> None:
+    orders = no_sharing_orders(num_blocks=60)
+    stock, peek = orders[Scheduler], orders[PeekScheduler]
+    assert stock == sorted(stock, key=lambda rid: int(rid[1:]))
+    assert peek != stock and sorted(peek) == sorted(stock)
+    budget = PeekSettings().max_overtakes
+    for position, rid in enumerate(peek):
+        younger_ahead = [r for r in peek[:position] if int(r[1:]) > int(rid[1:])]
+        assert len(younger_ahead) <= budget, rid
 
 
 # -- vLLM's RequestQueue contract -------------------------------------------------------------
@@ -237,7 +253,11 @@ def test_queue_contract_add_peek_pop_len_bool_iter() -> None:
         queue.pop_request()
 
 
-def test_queue_contract_prepend_one_and_many_in_vllm_order() -> None:
+def test_queue_contract_prepend_one_and_many_in_vllm_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With lanes off, prepend is vLLM's: to the front, the last of many first."""
+    monkeypatch.setenv("PREFIXSERVING_LANES", "false")
     queue, _ = queue_with("a", "b")
     extra = {
         rid: make_request(rid, [9000 + ord(rid) * 300 + j for j in range(200)]) for rid in "xyz"
@@ -248,6 +268,21 @@ def test_queue_contract_prepend_one_and_many_in_vllm_order() -> None:
     queue.prepend_requests([extra["y"], extra["z"]])
     assert ids(queue) == ["z", "y", "x", "a", "b"]
     assert queue.peek_request() is extra["z"]
+
+
+def test_prepend_under_peek_restores_a_skipped_request_and_requeues_a_preempted_one() -> None:
+    queue, requests = queue_with("a", "b", "c")
+    queue.begin_step(0.0)
+    assert queue.pop_request() is requests["a"]
+    # The engine skipped it in this step (grammar compiling, LoRA slots full): back in place.
+    queue.prepend_request(requests["a"])
+    assert ids(queue) == ["a", "b", "c"] and queue.peek_request() is requests["a"]
+    assert queue.lanes.admitted == 0
+    assert queue.pop_request() is requests["a"]
+    queue.begin_step(1.0)
+    # Preempted a step later: it rejoins as a new arrival (its freed blocks stay cached).
+    queue.prepend_request(requests["a"])
+    assert ids(queue) == ["b", "c", "a"]
 
 
 def test_queue_contract_remove_one_and_many() -> None:

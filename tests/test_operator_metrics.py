@@ -16,6 +16,7 @@ import pytest
 from prefixserving.api import lifecycle
 from prefixserving.controller import status_metrics
 from prefixserving.controller.kube import DEPLOYMENT
+from prefixserving.peek.metrics import PEEK_INFO
 from prefixserving.stack.prometheus import running_prometheus
 from prefixserving.testing import prefixserving_body as resource
 from prefixserving.testing import wait_for
@@ -29,11 +30,20 @@ ROUTER_POD = f"{NAME}-router-5c8d7b9f4-q7w2z"
 class Exporter:
     """One fake engine: vLLM's series with fixed gauges and counters growing at a fixed ratio."""
 
-    def __init__(self, engine: str, kv_usage: float, waiting: float, hit_ratio: float) -> None:
+    def __init__(
+        self,
+        engine: str,
+        kv_usage: float,
+        waiting: float,
+        hit_ratio: float,
+        peek: tuple[str, str] = ("AsyncScheduler", ""),
+    ) -> None:
         self.registry = prometheus_client.CollectorRegistry()
         labels = {"engine": engine, "model_name": "tiny-llama"}
         gauge = prometheus_client.Gauge
         counter = prometheus_client.Counter
+        info = gauge(PEEK_INFO, "PEEK", [*labels, "base", "fallback"], registry=self.registry)
+        info.labels(**labels, base=peek[0], fallback=peek[1]).set(1)
         kv = gauge("vllm:kv_cache_usage_perc", "KV usage", list(labels), registry=self.registry)
         kv.labels(**labels).set(kv_usage)
         queue = gauge("vllm:num_requests_waiting", "waiting", list(labels), registry=self.registry)
@@ -87,7 +97,10 @@ def router_exporter() -> Iterator[RouterExporter]:
 
 @pytest.fixture
 def exporters() -> Iterator[list[Exporter]]:
-    running = [Exporter("0", 0.5, 4, 0.75), Exporter("1", 0.3, 2, 0.25)]
+    running = [
+        Exporter("0", 0.5, 4, 0.75),
+        Exporter("1", 0.3, 2, 0.25, peek=("Scheduler", "hybrid KV cache layout (a, b)")),
+    ]
     stop = threading.Event()
 
     def traffic() -> None:  # both engines see the same token rate; hit ratios 0.75 and 0.25
@@ -138,8 +151,11 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
             assert figures["asOf"]
             # Prefix hygiene from the router: the share and a hint naming the cause.
             assert figures["firstBlockNewFraction"] == pytest.approx(0.97, abs=1e-6)
-            (hint,) = harness.prefixserving(NAMESPACE, NAME)["status"]["hints"]
+            peek_hint, hint = harness.prefixserving(NAMESPACE, NAME)["status"]["hints"]
             assert "97%" in hint and "timestamp" in hint and "tiny-llama" in hint
+            # Which vLLM scheduler PEEK runs on, and why an engine keeps vLLM's order.
+            assert figures["schedulerBase"] == "AsyncScheduler (1), Scheduler (1)"
+            assert "1 engine(s)" in peek_hint and "hybrid KV cache layout" in peek_hint
             available = harness.condition(NAMESPACE, NAME, lifecycle.COND_METRICS)
             assert available is not None and available["status"] == "True"
 

@@ -42,6 +42,14 @@ class StatusMetrics(ApiModel):
     first_block_new_fraction: float | None = Field(
         default=None, description="Share of requests whose first prefix block was never seen."
     )
+    scheduler_base: str | None = Field(
+        default=None,
+        max_length=256,
+        description=(
+            "vLLM scheduler PEEK runs on, per engine count: 'AsyncScheduler' when the engines "
+            "schedule asynchronously (vLLM's GPU default), 'Scheduler' otherwise."
+        ),
+    )
     as_of: str | None = Field(default=None, description="Time of the query (RFC 3339).")
 
 

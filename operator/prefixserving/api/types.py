@@ -269,16 +269,17 @@ class SchedulerSpec(ApiModel):
         ge=0.0,
         le=0.5,
         description=(
-            "Fraction of KV blocks the eviction guard may hard-pin for blocks that two or more "
-            "waiting requests need (0: protect them by LRU order only)."
+            "Fraction of KV blocks the eviction guard may hard-pin, for one step at a time, for "
+            "the cached blocks the next admissions read (0: protect them by LRU order only)."
         ),
     )
     lanes: bool = Field(
         default=defaults.LANES,
         description=(
-            "Stride lanes: under cache pressure, requests whose prefix is cached go first, "
-            "clusters taking turns by stride so a hot prefix cannot starve others. "
-            "false: admission stays in arrival order."
+            "PEEK's lanes: under cache pressure, least uncached work first (a cached prefix costs "
+            "nothing, a shared uncached one is opened once), a request whose response ratio "
+            "(waited work / its cost) reaches 16 next, within maxOvertakes; with the eviction "
+            "guard and decode headroom. false: vLLM's own arrival order (holding still applies)."
         ),
     )
     max_overtakes: int = Field(

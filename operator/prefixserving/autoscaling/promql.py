@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from prefixserving.peek.metrics import PEEK_INFO
+
 # vLLM series (same names in vLLM 0.32 and 0.33).
 VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
 VLLM_REQUESTS_WAITING: Final = "vllm:num_requests_waiting"
@@ -152,6 +154,11 @@ def prefix_cache_hit_rate(namespace: str, name: str, window: str = HIT_RATE_WIND
         f"sum(rate({VLLM_PREFIX_CACHE_HITS}{selector}[{window}]))"
         f" / sum(rate({VLLM_PREFIX_CACHE_QUERIES}{selector}[{window}]))"
     )
+
+
+def peek_engines(namespace: str, name: str) -> str:
+    """Engine pods running PEEK, by the vLLM scheduler base and the fallback reason."""
+    return f"count by (base, fallback) ({PEEK_INFO}{engine_selector(namespace, name)})"
 
 
 def new_first_block_ratio(namespace: str, name: str) -> str:

@@ -1,15 +1,17 @@
 """The figures of ``status.metrics``, queried from Prometheus with ``prometheus-api-client``.
 
-Five instant queries per resource (the PromQL is in ``prefixserving.autoscaling.promql``,
+Six instant queries per resource (the PromQL is in ``prefixserving.autoscaling.promql``,
 shared with the autoscalers and alerts): the prefix-cache hit rate over 5 minutes (rate of hit
 tokens / rate of queried tokens), the average KV cache usage, the average queue depth per
-engine pod, and the router's prefix hygiene: the largest share of requests whose first prefix
-block was never seen before, and, per model above the threshold, the cause the router
-diagnosed, turned into a hint (``status.hints``) by the router's own wording.
+engine pod, the engines' PEEK info (which vLLM scheduler base PEEK runs on, shown as
+``schedulerBase``, and a hint for each reason engines keep vLLM's own order), and the router's
+prefix hygiene: the largest share of requests whose first prefix block was never seen before,
+and, per model above the threshold, the cause the router diagnosed, turned into a hint
+(``status.hints``) by the router's own wording.
 A query with no series (no engine scraped yet, or no traffic in the window: 0/0) yields None
 for that figure. Any transport error, timeout or Prometheus error raises
 :class:`MetricsUnavailable` with a message fit for a condition; the caller degrades only the
-metrics block. Cost: five HTTP requests, each bounded by ``timeout_s``.
+metrics block. Cost: six HTTP requests, each bounded by ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Figures:
     kv_cache_usage: float | None
     queue_depth: float | None
     first_block_new_fraction: float | None = None
+    scheduler_base: str | None = None
     hints: tuple[str, ...] = ()
 
     def as_status(self, as_of: str) -> dict[str, float | str | None]:
@@ -45,6 +48,7 @@ class Figures:
             "kvCacheUsage": self.kv_cache_usage,
             "queueDepth": self.queue_depth,
             "firstBlockNewFraction": self.first_block_new_fraction,
+            "schedulerBase": self.scheduler_base,
             "asOf": as_of,
         }
 
@@ -77,6 +81,36 @@ def _hygiene_hints(
     )
 
 
+def _peek_engines(
+    client: PrometheusConnect, namespace: str, name: str, timeout_s: float
+) -> tuple[str | None, tuple[str, ...]]:
+    """The vLLM scheduler base PEEK runs on ("AsyncScheduler", or each base with its engine
+    count when engines differ) and a hint per reason some engines keep vLLM's order."""
+    result = client.custom_query(  # type: ignore[arg-type]
+        promql.peek_engines(namespace, name), timeout=timeout_s
+    )
+    bases: dict[str, int] = {}
+    fallbacks: dict[str, int] = {}
+    for row in result:
+        count = int(float(row["value"][1]))
+        base, fallback = row["metric"].get("base", ""), row["metric"].get("fallback", "")
+        bases[base] = bases.get(base, 0) + count
+        if fallback:
+            fallbacks[fallback] = fallbacks.get(fallback, 0) + count
+    if not bases:
+        return None, ()
+    base = (
+        next(iter(bases))
+        if len(bases) == 1
+        else ", ".join(f"{b} ({n})" for b, n in sorted(bases.items()))
+    )
+    hints = tuple(
+        f"PEEK keeps vLLM's own order on {n} engine(s): {reason}; see docs/peek.md (Compatibility)"
+        for reason, n in sorted(fallbacks.items())
+    )
+    return base, hints
+
+
 def query(
     url: str,
     namespace: str,
@@ -88,6 +122,7 @@ def query(
     # No retries: a slow or missing Prometheus must cost at most one timeout per query.
     client = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0, read=False))
     try:
+        base, peek_hints = _peek_engines(client, namespace, name, timeout_s)
         return Figures(
             hit_rate=_scalar(client, promql.prefix_cache_hit_rate(namespace, name), timeout_s),
             kv_cache_usage=_scalar(client, promql.kv_cache_usage(namespace, name), timeout_s),
@@ -95,7 +130,9 @@ def query(
             first_block_new_fraction=_scalar(
                 client, promql.first_block_new_fraction(namespace, name), timeout_s
             ),
-            hints=_hygiene_hints(client, namespace, name, hygiene_threshold, timeout_s),
+            scheduler_base=base,
+            hints=peek_hints
+            + _hygiene_hints(client, namespace, name, hygiene_threshold, timeout_s),
         )
     except requests.Timeout as exc:
         raise MetricsUnavailable(

@@ -1,28 +1,39 @@
 """PEEK inside vLLM: ``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``.
 
-:class:`PeekScheduler` subclasses vLLM's v1 ``Scheduler`` and keeps its ``schedule()``: it only
+:class:`PeekScheduler` subclasses vLLM's v1 ``Scheduler`` (or, when the engine schedules
+asynchronously, ``AsyncScheduler``: see the class) and keeps its ``schedule()``: it only
 
 * replaces ``self.waiting`` with :class:`PeekRequestQueue` (vLLM's full ``RequestQueue``
   contract, in PEEK order; see :mod:`prefixserving.peek.queue`),
-* calls ``begin_step`` before each ``super().schedule()`` (eviction guard, pioneer retirement),
+* before each ``super().schedule()``: calls ``begin_step`` (pioneers, eviction guard, the next
+  step's decode reserve) and moves running pioneers that siblings wait for to the front of
+  ``self.running`` (their later chunks are scheduled first and they are preempted last);
   releases the guard's pins after a step that preempted, before a prefix-cache reset and at
   shutdown,
 * publishes its metrics (:mod:`prefixserving.peek.metrics`).
 
-Interfaces used, all kept by vLLM 0.33: ``Scheduler.__init__`` / ``schedule`` /
-``reset_prefix_cache`` / ``shutdown``, ``SchedulerOutput.preempted_req_ids``,
-``RequestQueue``, ``Request.block_hashes`` / ``num_tokens`` / ``num_computed_tokens`` /
-``status``, and on the block pool ``get_cached_block``, ``get_num_free_blocks``, ``touch``,
+PEEK keeps vLLM's own order (and says why in the ``prefixserving:peek_info`` metric and the log)
+when it cannot probe the prefix cache the way vLLM will hit it: prefix caching off, a hash block
+size that differs from the block size, or a hybrid KV layout (several KV cache groups, or a
+group that is not full attention: sliding-window or Mamba layers hit a prefix only where every
+group agrees, which probing one group cannot tell).
+
+Interfaces used, all kept by vLLM 0.32 and 0.33: ``Scheduler.__init__`` / ``schedule`` /
+``reset_prefix_cache`` / ``shutdown``, ``running``, ``policy``, ``kv_cache_config``,
+``SchedulerOutput.preempted_req_ids``, ``RequestQueue``, ``Request.block_hashes`` /
+``num_tokens`` / ``num_prompt_tokens`` / ``num_computed_tokens`` / ``status`` / ``priority`` /
+``arrival_time``, and on the block pool ``get_cached_block``, ``get_num_free_blocks``, ``touch``,
 ``free_blocks``, ``free_block_queue.remove`` / ``append`` and the free list's
 ``next_free_block`` links.
 
 Settings come from the environment (:class:`prefixserving.peek.settings.PeekSettings`). LoRA
 adapters and ``cache_salt`` are part of vLLM's block hashes, so requests that differ in them never
-share an index node, a lane or a pioneer.
+share an index node, a cluster or a pioneer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,8 +43,9 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import BlockHash, KVCacheBlock, get_block_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.core.sched.request_queue import RequestQueue
+from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
 from prefixserving.peek.guard import Guard
@@ -71,15 +83,8 @@ class VllmBlockPoolPort:
             yield block, (None if key is None else get_block_hash(key))
             block = block.next_free_block
 
-    def cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        blocks = self.pool.get_cached_block(block_hash, self.group_ids)
-        return None if not blocks else blocks[0]
-
     def is_cached(self, block_hash: BlockHash) -> bool:
         return self.pool.get_cached_block(block_hash, self.group_ids) is not None
-
-    def is_free(self, block: KVCacheBlock) -> bool:
-        return block.ref_cnt == 0 and not block.is_null
 
     def move_to_mru(self, block: KVCacheBlock) -> None:
         self.pool.free_block_queue.remove(block)
@@ -93,13 +98,21 @@ class VllmBlockPoolPort:
 
 
 class VllmEngineView:
-    """The PEEK queue's view of vLLM requests and prefix cache."""
+    """The PEEK queue's view of vLLM requests, prefix cache and block pool."""
 
-    def __init__(self, block_size: int, is_cached: Callable[[BlockHash], bool]) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        is_cached: Callable[[BlockHash], bool],
+        free_blocks: Callable[[], int],
+        priority_policy: bool,
+    ) -> None:
         self.block_size = block_size
         # The pool probe itself, not a method that forwards to it: the queue calls it for
         # every block it walks.
         self.is_cached = is_cached
+        self.free_blocks = free_blocks
+        self.priority_policy = priority_policy
 
     def request_id(self, request: Request) -> str:
         return request.request_id
@@ -109,6 +122,18 @@ class VllmEngineView:
 
     def num_tokens(self, request: Request) -> int:
         return request.num_tokens
+
+    def priority_key(self, request: Request) -> tuple[int, tuple[Any, ...]] | None:
+        """vLLM's priority order: priority, then arrival time, then request id."""
+        if not self.priority_policy:
+            return None
+        return request.priority, (request.arrival_time, request.request_id)
+
+    def allocated(self, request: Request) -> bool:
+        return request.status == RequestStatus.RUNNING
+
+    def computed_tokens(self, request: Request) -> int:
+        return request.num_computed_tokens
 
     def prefill_done(self, request: Request) -> bool:
         if request.status != RequestStatus.RUNNING:
@@ -155,40 +180,41 @@ class PeekScheduler(Scheduler):
     passes its own through :meth:`use_clock`.
     """
 
+    waiting: PeekRequestQueue  # type: ignore[assignment]
+
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def __new__(cls, *args: Any, **kwargs: Any) -> PeekScheduler:
         if cls is PeekScheduler and schedules_async(args, kwargs):
             cls = PeekAsyncScheduler
         return super().__new__(cls)
 
-    waiting: PeekRequestQueue  # type: ignore[assignment]
-
-    clock: Callable[[], float] = staticmethod(time.monotonic)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.peek_settings = PeekSettings.from_env()
+        settings = PeekSettings.from_env()
+        self.fallback = self._fallback_reason()
+        if self.fallback:
+            logger.warning("PEEK keeps vLLM's own order: %s.", self.fallback)
+            settings = dataclasses.replace(settings, lanes=False, max_sibling_wait_ms=0)
+        self.peek_settings = settings
         pool = self.kv_cache_manager.block_pool
-        # Block hashes are probed in the pool directly only when both use one block size.
-        probe = self.cache_config.enable_prefix_caching and self.hash_block_size == self.block_size
-        if not probe:
-            logger.warning(
-                "PEEK: prefix caching is off or hash block size differs from the block size; "
-                "holding and the eviction guard are disabled, order stays FCFS."
-            )
         port = VllmBlockPoolPort(pool)
         guard = None
-        if probe:
+        if not self.fallback:
             window_blocks = (
                 self.max_num_scheduled_tokens // self.block_size + self.max_num_running_reqs
             )
             guard = Guard(
-                port,
-                window_blocks=window_blocks,
-                pin_budget_fraction=self.peek_settings.pin_budget_fraction,
+                port, window_blocks=window_blocks, pin_budget_fraction=settings.pin_budget_fraction
             )
-        view = VllmEngineView(self.block_size, port.is_cached if probe else _never_cached)
+        view = VllmEngineView(
+            self.block_size,
+            _never_cached if self.fallback else port.is_cached,
+            pool.get_num_free_blocks,
+            priority_policy=self.policy == SchedulingPolicy.PRIORITY,
+        )
         old_waiting = self.waiting
-        self.waiting = PeekRequestQueue(view, self.peek_settings, guard)
+        self.waiting = PeekRequestQueue(view, settings, guard)
         for request in old_waiting:
             self.waiting.add_request(request)
         self._window_blocks: int | None = None
@@ -196,7 +222,19 @@ class PeekScheduler(Scheduler):
             engine=str(self.parallel_config.data_parallel_index),
             model_name=_served_name(self.vllm_config.model_config.served_model_name),
         )
-        logger.info("PEEK scheduler enabled on vLLM's %s: %s", self.base, self.peek_settings)
+        logger.info("PEEK scheduler enabled on vLLM's %s: %s", self.base, settings)
+
+    def _fallback_reason(self) -> str:
+        """Why PEEK cannot follow vLLM's prefix cache here ('' when it can)."""
+        if not self.cache_config.enable_prefix_caching:
+            return "prefix caching is off"
+        if self.hash_block_size != self.block_size:
+            return "the hash block size differs from the block size"
+        groups = self.kv_cache_config.kv_cache_groups
+        if len(groups) != 1 or not isinstance(groups[0].kv_cache_spec, FullAttentionSpec):
+            kinds = ", ".join(type(group.kv_cache_spec).__name__ for group in groups)
+            return f"hybrid KV cache layout ({kinds})"
+        return ""
 
     @property
     def base(self) -> str:
@@ -216,13 +254,15 @@ class PeekScheduler(Scheduler):
             "sibling_holds": snap.sibling_holds,
             "longest_sibling_wait_s": round(self.waiting.holding.longest_wait_s, 4),
             "pressure_steps": snap.pressure_steps,
+            "headroom_stops": snap.headroom_stops,
             "admitted": snap.admitted,
-            "pick_tokens": snap.pick_tokens,
-            "lane_tokens": snap.lane_tokens,
+            "admitted_tokens": snap.admitted_tokens,
         }
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.begin_step(self.clock(), self._window_blocks)
+        self.waiting.begin_step(self.clock(), self._window_blocks, self._next_step_blocks())
+        if self.waiting.num_held:
+            self._pioneers_first()
         output = super().schedule(*args, **kwargs)
         # The next step allocates about what this one did: its tokens' blocks plus one block
         # per scheduled request, with a margin; the guard scans that much of the LRU end.
@@ -237,6 +277,41 @@ class PeekScheduler(Scheduler):
             self._metrics_writer.write(self.peek_snapshot())
         return output
 
+    def _next_step_blocks(self) -> int | None:
+        """Blocks the running requests are still to allocate before they all decode: one for
+        each decode whose next token starts a block, and the rest of each prefill beyond this
+        step's chunk (capped by ``long_prefill_token_threshold`` or the token budget).
+        None when nothing runs. O(running)."""
+        if not self.running:
+            return None
+        block_size = self.block_size
+        threshold = self.scheduler_config.long_prefill_token_threshold
+        chunk = threshold if threshold > 0 else self.max_num_scheduled_tokens
+        blocks = 0
+        for request in self.running:
+            computed, prompt = request.num_computed_tokens, request.num_prompt_tokens
+            if computed >= prompt:
+                mode = __import__("os").environ.get("PEEK_RESERVE", "next")
+                if mode == "block":
+                    blocks += 1
+                elif mode == "full":
+                    total = prompt + request.max_tokens
+                    blocks += max(0, -(-total // block_size) - -(-(computed + 1) // block_size))
+                else:
+                    blocks += (computed + 1) % block_size == 0
+                continue
+            after_this_step = min(computed + chunk, prompt)
+            blocks += -(-prompt // block_size) - -(-after_this_step // block_size)
+        return blocks
+
+    def _pioneers_first(self) -> None:
+        """Stable-move running pioneers to the front of ``self.running``. O(running)."""
+        holding = self.waiting.holding
+        pioneers = [r for r in self.running if holding.is_pioneer(r.request_id)]
+        if pioneers:
+            others = [r for r in self.running if not holding.is_pioneer(r.request_id)]
+            self.running[:] = pioneers + others
+
     def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
         self.waiting.release_pins()
         return super().reset_prefix_cache(*args, **kwargs)
@@ -249,16 +324,19 @@ class PeekScheduler(Scheduler):
 
     def peek_snapshot(self) -> PeekSnapshot:
         """Current values of PEEK's metrics."""
-        stats = self.waiting.stats
+        waiting = self.waiting
+        stats = waiting.stats
         return PeekSnapshot(
-            held_siblings=self.waiting.num_held,
-            pinned_blocks=self.waiting.num_pinned,
-            lanes=self.waiting.lanes.num_lanes,
-            lane_tokens=dict(stats.lane_tokens),
-            pick_tokens=dict(stats.admitted_tokens),
+            base=self.base,
+            fallback=self.fallback,
+            held_siblings=waiting.num_held,
+            pinned_blocks=waiting.num_pinned,
+            uncached_waiting_tokens=waiting.uncached_waiting_tokens,
             admitted=dict(stats.admitted),
+            admitted_tokens=dict(stats.admitted_tokens),
             sibling_holds=stats.holds,
             pressure_steps=stats.pressure_steps,
+            headroom_stops=stats.headroom_stops,
         )
 
 

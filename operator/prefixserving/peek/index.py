@@ -1,151 +1,179 @@
-"""Queue index: a radix tree over the block hashes of the *waiting* requests.
+"""Queue index: the prefix tree of the waiting requests' *uncached* blocks, with counts.
 
-The engine hashes a prompt block by block with chained hashes (each hash covers the block and,
-through its parent, everything before it), so a hash names a whole prefix and the tree needs
-neither edge labels nor parent pointers: a node is one cacheable prefix block, and the tree is a
-map from block hash to the number of waiting requests whose prompt passes through it.
+The engine hashes a prompt block by block with chained hashes (each hash covers its block and,
+through its parent, everything before it), so a hash names a whole prefix: the tree's node for a
+prefix is its last block's hash, and parent and child links are implicit in each request's own
+hash sequence. Every question PEEK asks walks one request's own path (how many others need the
+next block, how deep the shared part goes), so a map from hash to count answers exactly what a
+linked radix tree would, at the same O(path) cost, without the links.
+
+Each waiting request is indexed with its **frontier**: the number of its leading blocks the
+engine has cached now. Only blocks at or beyond the frontier count, so a node's count is the
+number of waiting requests that still have to compute that block, and:
+
+* the **cluster** of a request is the run of blocks from its frontier on that two or more
+  waiting requests need (:meth:`QueueIndex.shared_blocks`): computing it once serves them all;
+* its **amortized cost** (:meth:`QueueIndex.amortized_blocks`) splits each uncached block among
+  the requests that need it: ``sum(1 / count(b))`` over its uncached blocks. A request that
+  shares nothing costs its whole uncached length; ``k`` requests sharing ``s`` uncached blocks
+  each carry ``s / k`` of them, so the sum over the queue is the queue's distinct uncached work;
+* ``num_nodes`` is that distinct uncached work in blocks (the autoscaler's backlog signal).
 
 **Algorithm**
-1. ``insert(key, hashes)``: walk the hashes root to leaf, creating missing nodes and adding one
-   to every node's count. The path is remembered under ``key``.
-2. ``remove(key)``: walk the remembered path, subtract one per node and delete nodes that drop
-   to zero; the hashes of deleted nodes are returned (nobody waiting needs them any more, which
-   is what the eviction guard listens for).
-3. ``dual_walk(hashes, is_cached)``: walk the request's path in the queue tree and in the
-   engine's cache together and return how many leading blocks are cached now and how deep the
-   prefix goes that at least one *other* waiting request shares.
+1. ``insert(key, hashes, frontier)``: add one to the count of every block at or beyond the
+   frontier; remember the request under its frontier block (``at(block)``).
+2. ``move_frontier(key, frontier)``: blocks became cached (frontier forward: their counts drop)
+   or were evicted (backward: they count again).
+3. ``remove(key)``: subtract the request's remaining uncached blocks.
 
-**Invariants** (checked by property tests): a node exists iff its count is positive; a node's
-count equals the number of indexed requests whose path contains it; a parent's count is at least
-its child's count.
+**Invariants** (property tests recount them from scratch): a node exists iff its count is
+positive; a node's count is the number of indexed requests whose path holds that block at or
+beyond their frontier; ``at(h)`` holds exactly the requests whose frontier block is ``h``.
 
-**Cost**: insert, remove and dual walk are O(blocks of the request); ``count`` and
-``__contains__`` are O(1). Nothing is proportional to the queue length.
+**Cost**: insert, remove and a frontier move are O(blocks moved); ``count`` and ``at`` are O(1);
+``shared_blocks`` and ``amortized_blocks`` are O(uncached blocks of the request). Nothing is
+proportional to the queue length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import pairwise
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 H = TypeVar("H", bound=Hashable)
 
 
-@dataclass(frozen=True, slots=True)
-class DualWalk:
-    """Result of walking one request's path in the queue tree and the engine cache together.
-
-    ``cached_blocks``: leading blocks the engine has cached now.
-    ``shared_blocks``: leading blocks at least one other waiting request also needs.
-    ``total_blocks``: full blocks of the request's prompt.
-    """
-
-    cached_blocks: int
-    shared_blocks: int
-    total_blocks: int
-
-    @property
-    def uncached_shared_blocks(self) -> int:
-        """Blocks other waiting requests need that nobody has cached yet: a cluster's work."""
-        return max(0, self.shared_blocks - self.cached_blocks)
-
-
 class QueueIndex(Generic[H]):
-    """Radix tree over the waiting requests' block-hash paths, with per-node counts."""
+    """Counts of the waiting requests' uncached blocks; see the module docstring."""
 
     def __init__(self) -> None:
         self._counts: dict[H, int] = {}
         self._paths: dict[str, tuple[H, ...]] = {}
+        self._frontier: dict[str, int] = {}
+        self._at: dict[H, set[str]] = {}
 
     def __len__(self) -> int:
-        """Number of indexed requests."""
+        """Indexed requests."""
         return len(self._paths)
 
     def __contains__(self, key: object) -> bool:
         return key in self._paths
 
-    @property
-    def num_nodes(self) -> int:
-        return len(self._counts)
-
-    def insert(self, key: str, hashes: Sequence[H]) -> None:
-        """Index a request's path. O(len(hashes)). Re-inserting a key replaces its path."""
-        if key in self._paths:
-            self.remove(key)
-        path = tuple(hashes)
-        self._paths[key] = path
-        counts = self._counts
-        for block_hash in path:
-            counts[block_hash] = counts.get(block_hash, 0) + 1
-
-    def remove(self, key: str) -> list[H]:
-        """Drop a request's path; return the hashes no waiting request needs any more.
-        O(len(path)); a key that is not indexed is ignored."""
-        path = self._paths.pop(key, None)
-        if path is None:
-            return []
-        unneeded: list[H] = []
-        counts = self._counts
-        for block_hash in path:
-            left = counts[block_hash] - 1
-            if left:
-                counts[block_hash] = left
-            else:
-                del counts[block_hash]
-                unneeded.append(block_hash)
-        return unneeded
-
-    def count(self, block_hash: H) -> int:
-        """Waiting requests whose path passes through ``block_hash`` (0 if none). O(1)."""
-        return self._counts.get(block_hash, 0)
-
-    def path(self, key: str) -> tuple[H, ...]:
-        """The indexed path of ``key`` (empty if not indexed)."""
-        return self._paths.get(key, ())
-
     def keys(self) -> Iterator[str]:
         return iter(self._paths)
 
-    def shared_depth(self, hashes: Sequence[H], *, self_indexed: bool = True) -> int:
-        """Leading blocks of ``hashes`` that another waiting request also needs. When the request
-        itself is indexed (``self_indexed``) a block is shared at count >= 2, else at >= 1.
-        O(depth)."""
-        threshold = 2 if self_indexed else 1
-        depth = 0
+    @property
+    def num_nodes(self) -> int:
+        """Distinct blocks some waiting request still has to compute."""
+        return len(self._counts)
+
+    def count(self, block_hash: H) -> int:
+        """Waiting requests that still have to compute ``block_hash`` (0 if none). O(1)."""
+        return self._counts.get(block_hash, 0)
+
+    def path(self, key: str) -> tuple[H, ...]:
+        """All full-block hashes of ``key`` (empty if not indexed)."""
+        return self._paths.get(key, ())
+
+    def frontier(self, key: str) -> int:
+        """Leading blocks of ``key`` that were cached when last looked at."""
+        return self._frontier.get(key, 0)
+
+    def at(self, block_hash: H) -> set[str]:
+        """Requests whose first uncached block is ``block_hash`` (a live view; do not keep)."""
+        return self._at.get(block_hash, _EMPTY)
+
+    def insert(self, key: str, hashes: Sequence[H], frontier: int) -> None:
+        """Index a request whose first ``frontier`` blocks are cached. Re-inserting a key
+        replaces it. O(uncached blocks)."""
+        if key in self._paths:
+            self.remove(key)
+        path = tuple(hashes)
+        frontier = min(max(frontier, 0), len(path))
+        self._paths[key] = path
+        self._frontier[key] = frontier
         counts = self._counts
-        for block_hash in hashes:
-            if counts.get(block_hash, 0) < threshold:
+        for block_hash in path[frontier:]:
+            counts[block_hash] = counts.get(block_hash, 0) + 1
+        self._enter(key, path, frontier)
+
+    def move_frontier(self, key: str, frontier: int) -> None:
+        """``key``'s cached prefix is now ``frontier`` blocks long. O(blocks moved)."""
+        path = self._paths[key]
+        old = self._frontier[key]
+        frontier = min(max(frontier, 0), len(path))
+        if frontier == old:
+            return
+        self._leave(key, path, old)
+        counts = self._counts
+        if frontier > old:
+            for block_hash in path[old:frontier]:
+                self._decrement(block_hash)
+        else:
+            for block_hash in path[frontier:old]:
+                counts[block_hash] = counts.get(block_hash, 0) + 1
+        self._frontier[key] = frontier
+        self._enter(key, path, frontier)
+
+    def remove(self, key: str) -> None:
+        """Drop a request; a key that is not indexed is ignored. O(uncached blocks)."""
+        path = self._paths.pop(key, None)
+        if path is None:
+            return
+        frontier = self._frontier.pop(key)
+        self._leave(key, path, frontier)
+        for block_hash in path[frontier:]:
+            self._decrement(block_hash)
+
+    def shared_blocks(self, key: str) -> int:
+        """Uncached blocks from ``key``'s frontier on that another waiting request also needs:
+        the depth of its cluster. O(depth)."""
+        path, depth = self._paths.get(key, ()), 0
+        counts = self._counts
+        for block_hash in path[self._frontier.get(key, 0) :]:
+            if counts.get(block_hash, 0) < 2:
                 break
             depth += 1
         return depth
 
-    def dual_walk(
-        self,
-        hashes: Sequence[H],
-        is_cached: Callable[[H], bool],
-        *,
-        self_indexed: bool = True,
-    ) -> DualWalk:
-        """Walk ``hashes`` in the queue tree and in the engine cache together. O(blocks)."""
-        cached = 0
-        for block_hash in hashes:
-            if not is_cached(block_hash):
-                break
-            cached += 1
-        shared = self.shared_depth(hashes, self_indexed=self_indexed)
-        return DualWalk(cached_blocks=cached, shared_blocks=shared, total_blocks=len(hashes))
+    def amortized_blocks(self, key: str) -> float:
+        """``key``'s uncached blocks, each divided by the waiting requests that need it.
+        O(uncached blocks)."""
+        counts = self._counts
+        path = self._paths.get(key, ())
+        return sum(1.0 / counts[h] for h in path[self._frontier.get(key, 0) :])
 
     def check_invariants(self) -> None:
-        """Raise AssertionError when the tree and the remembered paths disagree. O(total path
-        length); for tests."""
-        expected: dict[H, int] = {}
-        for path in self._paths.values():
-            for block_hash in path:
-                expected[block_hash] = expected.get(block_hash, 0) + 1
-            for parent, child in pairwise(path):
-                assert self._counts[parent] >= self._counts[child], (
-                    f"parent count below child at {child!r}"
-                )
-        assert expected == self._counts, "counts differ from the indexed paths"
+        """Raise AssertionError when the counts or the frontier sets differ from a recount.
+        O(total path length); for tests."""
+        counts: dict[H, int] = {}
+        at: dict[H, set[str]] = {}
+        for key, path in self._paths.items():
+            frontier = self._frontier[key]
+            for block_hash in path[frontier:]:
+                counts[block_hash] = counts.get(block_hash, 0) + 1
+            if frontier < len(path):
+                at.setdefault(path[frontier], set()).add(key)
+        assert counts == self._counts, "counts differ from a recount of the uncached paths"
+        assert at == self._at, "frontier sets differ from a recount"
+
+    def _enter(self, key: str, path: tuple[H, ...], frontier: int) -> None:
+        if frontier < len(path):
+            self._at.setdefault(path[frontier], set()).add(key)
+
+    def _leave(self, key: str, path: tuple[H, ...], frontier: int) -> None:
+        if frontier < len(path):
+            members = self._at[path[frontier]]
+            members.discard(key)
+            if not members:
+                del self._at[path[frontier]]
+
+    def _decrement(self, block_hash: H) -> None:
+        left = self._counts[block_hash] - 1
+        if left:
+            self._counts[block_hash] = left
+        else:
+            del self._counts[block_hash]
+
+
+_EMPTY: set[str] = set()

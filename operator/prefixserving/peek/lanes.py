@@ -1,119 +1,149 @@
-"""Stride lanes: the scan order of the waiting queue.
+"""Lanes: the order in which PEEK presents waiting requests to the engine.
 
-Every waiting request sits in one **lane**: one lane per cluster (requests whose first prompt
-block is shared with another waiting request or is already cached; keyed by that block's hash)
-plus one **solo** lane for requests that share nothing. Inside a lane the order is arrival order.
+Every waiting request sits in the lanes of its **class** (one class per priority value under
+vLLM's ``priority`` policy, served strictly in priority order; one class under ``fcfs``):
 
-**Algorithm**. Requests are presented in FCFS order (the oldest presentable request of all
-lanes: the *spine*) except under cache pressure (the queue decides: the cache cannot keep what
-waiting requests need), where waiting costs hits:
+* the **FCFS lane**: arrival order (under ``priority``: arrival time, then request id, as vLLM);
+* the **cache lane**: least uncached prompt work first (a request whose prefix is cached costs only
+  its own suffix), ties broken for the request that unlocks the most waiting tokens (a cold
+  cluster's pioneer: the blocks it computes times the siblings that then hit them), then
+  arrival;
+* the **aged lane**: the highest *response ratio* ``(waited work + cost) / cost``, where waited
+  work is the uncached prompt tokens admitted since the request joined (the work clock), as
+  SGLang's ``hrrn`` ages requests. The lane keeps the requests by cost in buckets a factor of
+  sqrt(2) wide, each in arrival order; the best ratio is taken among the buckets' oldest requests,
+  so it is exact up to that factor;
+* the **resume lane** (``cache_lane`` off only): requests the engine put back, last first, as
+  vLLM's own queue.
 
-1. **Overtake budget first**: if the spine head has already been overtaken by
-   ``max_overtakes`` younger requests, it goes next.
-2. **Hot lanes by stride** (Waldspurger and Weihl's stride scheduling): among the lanes whose
-   head is *hot* (its prompt mostly cached, e.g. siblings right behind their pioneer), the lane
-   with the lowest pass presents its head. Admitting ``c`` prefill tokens (uncached tokens, at
-   least one block) from a lane of ``k`` waiting requests advances its pass by ``c / k``, so
-   every waiting request gets an equal share of prefill tokens: a large cluster, whose members
-   are cheap while its prefix is cached, drains quickly and cannot starve a small one. A new
-   lane starts at the current global pass and cannot bank credit.
-3. Otherwise the spine head (cold requests open clusters in arrival order).
+**Pick rule** (the best class that has a presentable request):
 
-A request admitted ahead of the spine head *overtakes* every older waiting request. Serving
-hits first while the cache holds their prefix is what raises the hit rate; the budget is what
-keeps the tail: the oldest waiting request has been overtaken at least as often as any younger
-one, so checking the spine head bounds every request.
+1. with ``cache_lane`` off, or while the cache is not under pressure (``reorder`` False: the
+   queue sets it from the eviction guard), the resume lane's head, then the FCFS lane's head:
+   exactly vLLM's order. Without cache pressure reordering buys no hits, and with no prefix reuse
+   FCFS is the order that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
+2. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
+3. the aged lane's best request if its response ratio is at least ``max_response_ratio``;
+4. otherwise the cache lane's head.
 
-**Bounds** (documented guarantees, checked by property tests):
+Measured on the replay suite (docs/peek.md): the cache lane alone has the best TTFT p50 and
+starves expensive requests under load; the response-ratio bound keeps TTFT p99 at or below
+FCFS's and SGLang ``hrrn``'s on the sharing workloads for a small cost in p50; the overtake
+budget is the hard backstop.
 
-* without pressure the order is exactly FCFS;
-* every request is overtaken by at most ``max_overtakes`` younger requests in total (a request
-  that shares nothing included): when the spine head reaches the budget it is presented, and
-  the engine admits nobody behind a head it cannot admit;
-* a held sibling's extra wait is bounded separately by ``maxSiblingWaitMs`` (holding module).
+**Bounds** (property tests check them): with ``cache_lane`` off or no pressure the order is
+vLLM's; no request is overtaken by more than ``max_overtakes`` younger requests; held siblings
+(``park``) are never presented and never block others.
 
-**Parameters**: ``max_overtakes`` (default 256, env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps
-FCFS order), ``max_hot_lanes`` (16 most recently hot lanes are candidates); the queue decides
-hotness (half the prompt cached) and pressure.
+**Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
+env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (design
+constant 16).
 
-**Cost**: add / park / unpark / remove / charge are O(log n) (binary heaps with lazy deletion);
-a pick is O(max_hot_lanes) hot checks plus amortised O(log n). Nothing walks the queue.
+**Cost**: add / reprice / park / unpark / remove / charge are O(log n) (binary heaps with lazy
+deletion); a pick is amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens);
+``plan(k)`` is O(k log n). Nothing walks the queue.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 R = TypeVar("R")
 
-SOLO_LANE: tuple[str, None] = ("solo", None)
-DEFAULT_MAX_OVERTAKES = 256
-DEFAULT_MAX_HOT_LANES = 16
-
-
-def cluster_lane(root_hash: Hashable) -> tuple[str, Hashable]:
-    """Lane key of the cluster whose first prompt block hashes to ``root_hash``."""
-    return ("cluster", root_hash)
+DEFAULT_MAX_OVERTAKES = 128
+MAX_RESPONSE_RATIO = 16.0
+# Cost buckets of the aged lane per doubling of the cost (a bucket spans a factor sqrt(2)).
+BUCKETS_PER_DOUBLING = 2
 
 
 class Pick(Enum):
-    """How a request was presented (also a metric label): the FCFS spine, or a hot lane's
-    head chosen by stride under cache pressure."""
+    """Which lane presented a request (also a metric label)."""
 
+    RESUME = "resume"
     FCFS = "fcfs"
-    STRIDE = "stride"
+    AGED = "aged"
+    CACHE = "cache"
+
+
+@dataclass(frozen=True, slots=True)
+class Stamps:
+    """Where a request stands in arrival order: kept when the engine puts a request back in the
+    step it took it (it never left the queue)."""
+
+    order: tuple[Any, ...]
+    arrival_work: int
+    fcfs_point: int
 
 
 @dataclass(slots=True)
 class Entry(Generic[R]):
-    """One waiting request. ``seq`` orders it (negative when prepended); ``present`` is False
-    while the holding table parks it; ``version`` invalidates stale heap entries;
-    ``overtakes_at_add`` is the overtake counter when it joined."""
+    """One waiting request.
+
+    ``klass``: its priority value (0 under FCFS). ``stamps``: its place in arrival order, the
+    work clock when it joined, and its FCFS point (admissions after which it would be admitted
+    in arrival order). ``cost_tokens``: uncached prompt tokens (what admission charges the work
+    clock). ``cache_key``: its place in the cache lane. ``resume``: in the resume lane.
+    ``present``: False while held. The versions invalidate stale heap items.
+    """
 
     rid: str
     request: R
-    seq: int
-    lane: Hashable
-    overtakes_at_add: int
+    klass: int
+    stamps: Stamps
+    cost_tokens: int
+    cache_key: tuple[Any, ...]
+    resume: bool = False
     present: bool = True
     version: int = 0
+    cache_version: int = 0
+    bucket: int = 0
+
+    @property
+    def order(self) -> tuple[Any, ...]:
+        return self.stamps.order
 
 
 @dataclass(slots=True)
-class _Lane:
-    heap: list[tuple[int, int, str]]
-    pass_tokens: float
-    size: int = 0
+class _Class:
+    resume: list[tuple[Any, ...]] = field(default_factory=list)
+    fcfs: list[tuple[Any, ...]] = field(default_factory=list)
+    cache: list[tuple[Any, ...]] = field(default_factory=list)
+    aged: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
+    members: int = 0
+
+
+# A heap item and the entry it names -> whether the item is still current.
+_Valid = Callable[["Entry[Any]", tuple[Any, ...]], bool]
 
 
 class Lanes(Generic[R]):
-    """Lanes, the FCFS spine, hot-lane stride and the overtake budget."""
+    """Classes, their lanes, the work clock and the overtake count (module docstring)."""
 
     def __init__(
         self,
+        *,
+        cache_lane: bool = True,
         max_overtakes: int = DEFAULT_MAX_OVERTAKES,
-        max_hot_lanes: int = DEFAULT_MAX_HOT_LANES,
+        max_response_ratio: float = MAX_RESPONSE_RATIO,
     ) -> None:
         if max_overtakes < 0:
             raise ValueError("max_overtakes must be >= 0")
+        self.cache_lane = cache_lane
         self.max_overtakes = max_overtakes
-        self.max_hot_lanes = max_hot_lanes
-        self.pressure = False
-        self.global_lane_pass = 0.0
-        # Admissions ahead of the spine head since the queue started.
-        self.overtakes = 0
+        self.max_response_ratio = max_response_ratio
+        # Whether this step may leave arrival order (set by the queue: cache pressure).
+        self.reorder = cache_lane
+        self.work_tokens = 0
+        self.admitted = 0
         self._entries: dict[str, Entry[R]] = {}
-        self._spine: list[tuple[int, int, str]] = []
-        self._lanes: dict[Hashable, _Lane] = {}
-        self._hot: OrderedDict[Hashable, None] = OrderedDict()
-        self._next_seq = itertools.count()
-        self._front_seq = itertools.count(-1, -1)
+        self._classes: dict[int, _Class] = {}
+        self._resume_seq = itertools.count(-1, -1)
 
     # -- membership -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -126,150 +156,215 @@ class Lanes(Generic[R]):
         return self._entries.get(rid)
 
     def __iter__(self) -> Iterator[Entry[R]]:
-        """All entries (present and parked) in scan order of the spine. O(n log n)."""
-        return iter(sorted(self._entries.values(), key=lambda e: e.seq))
+        """All entries (held ones too) in the order vLLM's own queue would give them: classes by
+        priority, then the resume lane, then arrival order. O(n log n)."""
+        return iter(sorted(self._entries.values(), key=_vllm_order))
 
-    @property
-    def num_lanes(self) -> int:
-        return len(self._lanes)
-
-    def lane_size(self, lane: Hashable) -> int:
-        state = self._lanes.get(lane)
-        return 0 if state is None else state.size
-
-    def overtaken(self, entry: Entry[R]) -> int:
-        """Upper bound on the younger requests admitted ahead of ``entry`` so far."""
-        return self.overtakes - entry.overtakes_at_add
-
-    def add(self, rid: str, request: R, lane: Hashable, *, front: bool = False) -> Entry[R]:
-        """Append (or, with ``front``, prepend) a request to ``lane``. O(log n)."""
+    def add(
+        self,
+        rid: str,
+        request: R,
+        *,
+        klass: int,
+        order: tuple[Any, ...],
+        cost_tokens: int,
+        cache_key: tuple[Any, ...],
+        resume: bool = False,
+        stamps: Stamps | None = None,
+    ) -> Entry[R]:
+        """Queue a request at ``order`` (``resume``: at the front of the resume lane; ``stamps``:
+        back at the place it had). O(log n)."""
         if rid in self._entries:
             raise ValueError(f"request {rid} is already queued")
-        seq = next(self._front_seq) if front else next(self._next_seq)
-        entry = Entry(rid=rid, request=request, seq=seq, lane=lane, overtakes_at_add=self.overtakes)
+        state = self._classes.setdefault(klass, _Class())
+        if stamps is None:
+            if resume:
+                order = (next(self._resume_seq),)
+            stamps = Stamps(order, self.work_tokens, self.admitted + state.members)
+        entry = Entry(
+            rid=rid,
+            request=request,
+            klass=klass,
+            stamps=stamps,
+            cost_tokens=cost_tokens,
+            cache_key=cache_key,
+            resume=resume,
+        )
         self._entries[rid] = entry
-        self._lane(lane).size += 1
-        self._push(entry)
+        state.members += 1
+        self._push(entry, state)
         return entry
 
     def remove(self, rid: str) -> Entry[R]:
-        """Drop a request (admitted or aborted). O(1) plus lazy heap cleanup later."""
+        """Drop a request (admitted, aborted). O(1) plus lazy heap cleanup."""
         entry = self._entries.pop(rid)
         entry.version += 1
-        state = self._lanes[entry.lane]
-        state.size -= 1
-        if state.size == 0:
-            del self._lanes[entry.lane]
-            self._hot.pop(entry.lane, None)
+        state = self._classes[entry.klass]
+        state.members -= 1
+        if state.members == 0:
+            del self._classes[entry.klass]
         return entry
 
-    def move(self, rid: str, lane: Hashable) -> None:
-        """Move a request to another lane, keeping its place in arrival order. O(log n)."""
-        entry = self._entries.get(rid)
-        if entry is None or entry.lane == lane:
+    def reprice(self, rid: str, cost_tokens: int, cache_key: tuple[Any, ...]) -> None:
+        """The request's uncached work changed (its prefix got cached, or evicted). O(log n)."""
+        entry = self._entries[rid]
+        if (cost_tokens, cache_key) == (entry.cost_tokens, entry.cache_key):
             return
-        present = entry.present
-        self.remove(rid)
-        entry.lane = lane
-        self._entries[rid] = entry
-        self._lane(lane).size += 1
-        entry.present = present
-        if present:
-            self._push(entry)
+        entry.cost_tokens, entry.cache_key = cost_tokens, cache_key
+        entry.cache_version += 1
+        if entry.present and not entry.resume:
+            self._push_cost_lanes(entry, self._classes[entry.klass])
 
     def park(self, rid: str) -> None:
-        """Take a request out of the scan order (a held sibling). O(1)."""
+        """Hold a request: never presented until ``unpark``. O(1)."""
         entry = self._entries[rid]
         entry.present = False
         entry.version += 1
 
     def unpark(self, rid: str) -> None:
-        """Put a parked request back at its original place; its lane becomes hot. O(log n)."""
+        """Present a held request again, at its original places. O(log n)."""
         entry = self._entries.get(rid)
         if entry is None or entry.present:
             return
         entry.present = True
-        self._push(entry)
-        self.mark_hot(entry.lane)
+        self._push(entry, self._classes[entry.klass])
 
-    def mark_hot(self, lane: Hashable) -> None:
-        """Remember ``lane`` as a stride candidate (most recent first out of the cap)."""
-        if lane == SOLO_LANE or lane not in self._lanes:
-            return
-        self._hot[lane] = None
-        self._hot.move_to_end(lane)
-        while len(self._hot) > self.max_hot_lanes:
-            self._hot.popitem(last=False)
+    def charge(self, cost_tokens: int) -> None:
+        """An admission: the work clock advances by its uncached prompt tokens."""
+        self.work_tokens += cost_tokens
+        self.admitted += 1
+
+    def refund(self, cost_tokens: int) -> None:
+        """Undo :meth:`charge` for a request the engine put back in the same step."""
+        self.work_tokens -= cost_tokens
+        self.admitted -= 1
+
+    def overtaken(self, entry: Entry[R]) -> int:
+        """Younger requests admitted ahead of ``entry`` (exact for a class's oldest request)."""
+        return self.admitted - entry.stamps.fcfs_point
+
+    def response_ratio(self, entry: Entry[R]) -> float:
+        """``(waited work + cost) / cost``, waited work in uncached prompt tokens admitted."""
+        cost = entry.cost_tokens
+        return (self.work_tokens - entry.stamps.arrival_work + cost) / cost
 
     # -- picking --------------------------------------------------------------------------------
-    def spine_head(self) -> Entry[R] | None:
-        """Oldest presentable request of all lanes. Amortised O(log n)."""
-        return self._clean_head(self._spine)
-
-    def lane_head(self, lane: Hashable) -> Entry[R] | None:
-        state = self._lanes.get(lane)
-        return None if state is None else self._clean_head(state.heap)
-
-    def next_pick(self, is_hot: Callable[[Entry[R]], bool]) -> tuple[Entry[R], Pick] | None:
-        """The request to present next and how it was picked (module docstring)."""
-        spine = self.spine_head()
-        if spine is None:
-            return None
-        if not self.pressure or self.overtaken(spine) >= self.max_overtakes:
-            return spine, Pick.FCFS
-        hot = self._stride_hot_head(is_hot)
-        if hot is None or hot is spine:
-            return spine, Pick.FCFS
-        return hot, Pick.STRIDE
-
-    def charge(self, pick: Pick, lane: Hashable, cost_tokens: float) -> None:
-        """Account ``cost_tokens`` of prefill just admitted from ``lane`` (already removed):
-        a stride pick overtook the spine head; the lane's pass advances by ``cost / tickets``
-        (tickets = the lane's waiting requests including the admitted one)."""
-        if pick is Pick.STRIDE:
-            self.overtakes += 1
-        state = self._lanes.get(lane)
-        if state is None:
-            return
-        self.global_lane_pass = max(self.global_lane_pass, state.pass_tokens)
-        state.pass_tokens += cost_tokens / (state.size + 1)
-
-    def _stride_hot_head(self, is_hot: Callable[[Entry[R]], bool]) -> Entry[R] | None:
-        """Head of the hot lane with the lowest pass (ties: the older head) among lanes whose
-        head passes ``is_hot``; lanes whose head fails leave the hot set. O(max_hot_lanes)."""
-        heads: list[Entry[R]] = []
-        for lane in list(self._hot):
-            head = self.lane_head(lane)
-            if head is None:
+    def next_pick(self) -> tuple[Entry[R], Pick] | None:
+        """The request to present next and the lane it comes from (module docstring)."""
+        for klass in sorted(self._classes):
+            state = self._classes[klass]
+            head = self._head(state.resume, _in_order_lane)
+            if head is not None:
+                return head, Pick.RESUME
+            oldest = self._head(state.fcfs, _in_order_lane)
+            if oldest is None:
                 continue
-            if is_hot(head):
-                heads.append(head)
-            else:
-                del self._hot[lane]
-        return min(
-            heads,
-            key=lambda entry: (self._lanes[entry.lane].pass_tokens, entry.seq),
-            default=None,
+            if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
+                return oldest, Pick.FCFS
+            aged = self._most_aged(state)
+            if aged is not None and self.response_ratio(aged) >= self.max_response_ratio:
+                return aged, Pick.AGED
+            cheapest = self._head(state.cache, _in_cost_lanes)
+            if cheapest is None or cheapest is oldest:
+                return oldest, Pick.FCFS
+            return cheapest, Pick.CACHE
+        return None
+
+    def plan(self, k: int) -> list[Entry[R]]:
+        """Up to ``k`` requests the next picks will come from, best first: the best class's
+        resume lane, cache lane (while reordering) and FCFS lane heads in turn. O(k log n);
+        leaves the lanes as they were."""
+        planned: list[Entry[R]] = []
+        seen: set[str] = set()
+        for klass in sorted(self._classes):
+            state = self._classes[klass]
+            lanes = [(state.resume, _in_order_lane)]
+            if self.reorder:
+                lanes.append((state.cache, _in_cost_lanes))
+            lanes.append((state.fcfs, _in_order_lane))
+            for heap, valid in lanes:
+                for entry in self._smallest(heap, valid, k - len(planned)):
+                    if entry.rid not in seen:
+                        seen.add(entry.rid)
+                        planned.append(entry)
+                if len(planned) >= k:
+                    return planned
+        return planned
+
+    # -- internals ------------------------------------------------------------------------------
+    def _push(self, entry: Entry[R], state: _Class) -> None:
+        item = (entry.order, entry.version, entry.rid)
+        if entry.resume:
+            heapq.heappush(state.resume, item)
+            return
+        heapq.heappush(state.fcfs, item)
+        self._push_cost_lanes(entry, state)
+
+    def _push_cost_lanes(self, entry: Entry[R], state: _Class) -> None:
+        heapq.heappush(
+            state.cache,
+            (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid),
+        )
+        entry.bucket = int(BUCKETS_PER_DOUBLING * math.log2(entry.cost_tokens))
+        heapq.heappush(
+            state.aged.setdefault(entry.bucket, []),
+            (entry.order, entry.order, entry.version, entry.cache_version, entry.rid),
         )
 
-    def _lane(self, key: Hashable) -> _Lane:
-        state = self._lanes.get(key)
-        if state is None:
-            # A new lane starts at the current global pass: it cannot bank credit.
-            state = _Lane(heap=[], pass_tokens=self.global_lane_pass)
-            self._lanes[key] = state
-        return state
+    def _most_aged(self, state: _Class) -> Entry[R] | None:
+        """The bucket heads' request with the highest response ratio (ties: the older)."""
+        best: Entry[R] | None = None
+        best_key: tuple[float, tuple[Any, ...]] | None = None
+        for bucket in list(state.aged):
+            heap = state.aged[bucket]
+            head = self._head(heap, _in_cost_lanes)
+            while head is not None and head.bucket != bucket:
+                heapq.heappop(heap)
+                head = self._head(heap, _in_cost_lanes)
+            if head is None:
+                del state.aged[bucket]
+                continue
+            key = (-self.response_ratio(head), head.order)
+            if best_key is None or key < best_key:
+                best, best_key = head, key
+        return best
 
-    def _push(self, entry: Entry[R]) -> None:
-        item = (entry.seq, entry.version, entry.rid)
-        heapq.heappush(self._spine, item)
-        heapq.heappush(self._lanes[entry.lane].heap, item)
-
-    def _clean_head(self, heap: list[tuple[int, int, str]]) -> Entry[R] | None:
+    def _head(self, heap: list[tuple[Any, ...]], valid: _Valid) -> Entry[R] | None:
         while heap:
-            _, version, rid = heap[0]
-            entry = self._entries.get(rid)
-            if entry is not None and entry.present and entry.version == version:
+            entry = self._entries.get(heap[0][-1])
+            if entry is not None and valid(entry, heap[0]):
                 return entry
             heapq.heappop(heap)
         return None
+
+    def _smallest(self, heap: list[tuple[Any, ...]], valid: _Valid, k: int) -> list[Entry[R]]:
+        popped: list[tuple[Any, ...]] = []
+        found: list[Entry[R]] = []
+        while heap and len(found) < k:
+            item = heapq.heappop(heap)
+            entry = self._entries.get(item[-1])
+            if entry is not None and valid(entry, item):
+                popped.append(item)
+                found.append(entry)
+        for item in popped:
+            heapq.heappush(heap, item)
+        return found
+
+
+def _in_order_lane(entry: Entry[Any], item: tuple[Any, ...]) -> bool:
+    """A resume- or FCFS-lane item ``(order, version, rid)`` still describes its entry."""
+    return entry.present and item[1] == entry.version
+
+
+def _in_cost_lanes(entry: Entry[Any], item: tuple[Any, ...]) -> bool:
+    """A cache- or aged-lane item ``(key, order, version, cache_version, rid)`` is current."""
+    return (
+        entry.present
+        and not entry.resume
+        and item[2] == entry.version
+        and item[3] == entry.cache_version
+    )
+
+
+def _vllm_order(entry: Entry[Any]) -> tuple[Any, ...]:
+    return (entry.klass, not entry.resume, entry.order)

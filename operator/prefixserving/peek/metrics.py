@@ -17,20 +17,27 @@ exported (an idle engine keeps its last snapshot, which stays valid). With
 
 Metric names (labels ``engine``, ``model_name`` as on vLLM's metrics):
 
-============================================  =======  ==========================================
-name                                          type     meaning
-============================================  =======  ==========================================
-``prefixserving:peek_held_siblings``          gauge    siblings held for a running pioneer
-``prefixserving:peek_pinned_blocks``          gauge    KV blocks hard-pinned by the guard
-``prefixserving:peek_lanes``                  gauge    lanes with waiting requests
-``prefixserving:peek_lane_share``             gauge    share of admitted prefill tokens per lane
-                                                       kind (``lane="solo"|"cluster"``)
-``prefixserving:peek_pick_share``             gauge    share of admitted prefill tokens per
-                                                       pick (``pick="fcfs"|"stride"``)
-``prefixserving:peek_admitted_total``         counter  admitted requests per pick
-``prefixserving:peek_sibling_holds_total``    counter  times a sibling was held
-``prefixserving:peek_pressure_steps_total``   counter  steps the guard reported cache pressure
-============================================  =======  ==========================================
+================================================  =======  ======================================
+name                                              type     meaning
+================================================  =======  ======================================
+``prefixserving:peek_info``                       gauge    1, labels ``base`` (vLLM's
+                                                           ``AsyncScheduler`` or ``Scheduler``)
+                                                           and ``fallback`` (why PEEK keeps
+                                                           vLLM's order, empty when it does not)
+``prefixserving:peek_held_siblings``              gauge    siblings held for a running pioneer
+``prefixserving:peek_pinned_blocks``              gauge    KV blocks hard-pinned by the guard
+``prefixserving:peek_uncached_waiting_tokens``    gauge    prompt tokens the waiting requests
+                                                           still need computed, each shared block
+                                                           once, less what pioneers compute
+``prefixserving:peek_admitted_total``             counter  admitted requests per lane
+                                                           (``lane="resume"|"fcfs"|"cache"``)
+``prefixserving:peek_admitted_tokens_total``      counter  their uncached prompt tokens
+``prefixserving:peek_sibling_holds_total``        counter  times a sibling was held
+``prefixserving:peek_pressure_steps_total``       counter  steps the guard met planned blocks in
+                                                           the eviction window
+``prefixserving:peek_headroom_stops_total``       counter  steps whose admissions stopped to keep
+                                                           decode headroom
+================================================  =======  ======================================
 """
 
 from __future__ import annotations
@@ -53,66 +60,69 @@ from prometheus_client.registry import Collector, CollectorRegistry
 ENV_METRICS_FILE = "PREFIXSERVING_PEEK_METRICS_FILE"
 PREFIX = "prefixserving:peek_"
 LABELS = ("engine", "model_name")
+# Names other components query (the operator's status, the autoscalers).
+PEEK_INFO = PREFIX + "info"
+PEEK_HELD_SIBLINGS = PREFIX + "held_siblings"
+PEEK_UNCACHED_WAITING_TOKENS = PREFIX + "uncached_waiting_tokens"
 
 
 @dataclass(frozen=True, slots=True)
 class PeekSnapshot:
     """Values of one engine's PEEK metrics at one moment."""
 
+    base: str
+    fallback: str
     held_siblings: int
     pinned_blocks: int
-    lanes: int
-    lane_tokens: dict[str, int]
-    pick_tokens: dict[str, int]
+    uncached_waiting_tokens: int
     admitted: dict[str, int]
+    admitted_tokens: dict[str, int]
     sibling_holds: int
     pressure_steps: int
-
-
-def _shares(tokens: dict[str, int]) -> dict[str, float]:
-    total = sum(tokens.values())
-    return {key: (value / total if total else 0.0) for key, value in tokens.items()}
+    headroom_stops: int
 
 
 def snapshot_families(snap: PeekSnapshot, engine: str, model_name: str) -> list[Metric]:
     """Prometheus metric families for a snapshot."""
     base = [engine, model_name]
-    families: list[Metric] = []
+    info = GaugeMetricFamily(
+        PEEK_INFO,
+        "PEEK's scheduler base and fallback reason (empty: PEEK order).",
+        labels=[*LABELS, "base", "fallback"],
+    )
+    info.add_metric([*base, snap.base, snap.fallback], 1)
+    families: list[Metric] = [info]
     for name, doc, value in (
         ("held_siblings", "Siblings held for a running pioneer.", snap.held_siblings),
         ("pinned_blocks", "KV blocks hard-pinned by the eviction guard.", snap.pinned_blocks),
-        ("lanes", "Lanes with waiting requests.", snap.lanes),
+        (
+            "uncached_waiting_tokens",
+            "Prompt tokens the waiting requests still need computed (shared blocks once).",
+            snap.uncached_waiting_tokens,
+        ),
     ):
         gauge = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
         gauge.add_metric(base, value)
         families.append(gauge)
-    for name, label, doc, tokens in (
-        ("lane_share", "lane", "Admitted prefill token share per lane kind.", snap.lane_tokens),
-        (
-            "pick_share",
-            "pick",
-            "Admitted prefill token share per pick (fcfs or stride).",
-            snap.pick_tokens,
-        ),
+    for name, doc, per_lane in (
+        ("admitted", "Admitted requests per lane.", snap.admitted),
+        ("admitted_tokens", "Uncached prompt tokens admitted per lane.", snap.admitted_tokens),
     ):
-        gauge = GaugeMetricFamily(PREFIX + name, doc, labels=[*LABELS, label])
-        for key, share in sorted(_shares(tokens).items()):
-            gauge.add_metric([*base, key], share)
-        families.append(gauge)
-    admitted = CounterMetricFamily(
-        PREFIX + "admitted",
-        "Admitted requests per pick (fcfs or stride).",
-        labels=[*LABELS, "pick"],
-    )
-    for key, value in sorted(snap.admitted.items()):
-        admitted.add_metric([*base, key], value)
-    families.append(admitted)
+        counter = CounterMetricFamily(PREFIX + name, doc, labels=[*LABELS, "lane"])
+        for lane, value in sorted(per_lane.items()):
+            counter.add_metric([*base, lane], value)
+        families.append(counter)
     for name, doc, value in (
         ("sibling_holds", "Times a sibling was held for its pioneer.", snap.sibling_holds),
         (
             "pressure_steps",
-            "Steps the guard reported cache pressure.",
+            "Steps the guard met planned blocks in the eviction window.",
             snap.pressure_steps,
+        ),
+        (
+            "headroom_stops",
+            "Steps whose admissions stopped to keep decode headroom.",
+            snap.headroom_stops,
         ),
     ):
         counter = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)

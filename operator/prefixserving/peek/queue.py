@@ -1,46 +1,62 @@
-"""The PEEK waiting queue: index, holding, lanes and guard behind a request-queue interface.
+"""The PEEK waiting queue: index, lanes, holding and guard behind vLLM's request-queue interface.
 
-The engine's scheduler scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts
-requests back with ``prepend``. :class:`PeekQueue` answers those calls in PEEK order:
+The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts requests back with
+``prepend``. :class:`PeekQueue` answers those calls in PEEK order:
 
-1. ``begin_step(now)`` (once per scheduler step, before the engine allocates anything) runs
-   the eviction guard over the free queue, switches the lanes from FCFS to hot-lane stride
-   while it reports cache pressure (and for ``PRESSURE_MEMORY_STEPS`` steps after), and
-   retires pioneers whose prefill is done.
-   Holds are refreshed lazily at the step's first ``bool``/``peek``, that is after the running
-   requests' allocations of the step, so a sibling is released in the very step its pioneer's
-   last shared block is registered.
-2. The next request comes from the lanes (FCFS; under pressure hot lanes by stride within the
-   overtake budget).
-   Its dual walk (cached blocks now) goes to the holding rules; a sibling of a running pioneer
-   is parked and the next request is tried. ``bool`` is True iff a request can be presented.
-3. ``pop`` admits the presented request: it leaves the index (the guard releases pins of blocks
-   nobody waits for any more), becomes a pioneer for its uncached blocks, and its uncached
-   prompt tokens are charged to its lane's stride pass.
+1. **Joining** (``add``): the request's cached prefix is probed once (its *frontier*); it enters
+   the queue index (:mod:`.index`: the uncached blocks waiting requests need, with counts) and the
+   lanes (:mod:`.lanes`) with its uncached prompt tokens (its cost) and its cache-lane key.
+2. **Each step** (``begin_step``, before the engine allocates anything): pops of the previous step
+   that the engine really allocated become pioneers (:mod:`.holding`); pioneers that finished
+   their prefill or made no progress retire and hand back their siblings; the guard
+   (:mod:`.guard`) protects the cached blocks the lanes' plan will read and reports pressure,
+   which lets the lanes leave arrival order for ``PRESSURE_MEMORY_STEPS`` steps; the running
+   requests' block reserve is recorded.
+3. **Presenting** (``bool`` / ``peek``): the lanes pick; the pick's frontier is re-checked (two
+   probes: its last cached block is still cached, its first uncached block still is not; if not,
+   it is re-indexed and re-priced and the lanes pick again); a sibling of a running pioneer is
+   held; a request whose new blocks would eat into the blocks the running requests still need is
+   not presented, which ends the step's admissions (**decode headroom**: admitted now, it would
+   only make the engine preempt a running request soon; never applied while nothing runs).
+4. **Admitting** (``pop``): the request leaves the index and the lanes, and its uncached tokens
+   advance the lanes' work clock. At the next call the queue checks that the engine allocated it
+   (vLLM also pops requests it skips: grammar still compiling, LoRA slots full, KV transfer
+   pending); only then does it become a pioneer, and the waiting requests of its cluster (those
+   whose first uncached block was its first uncached block) are re-priced at once, so the cache
+   lane serves them while their prefix is cached.
 
-``prepend`` puts a request at the front (vLLM: preempted requests, requests skipped in a step);
-a request popped and prepended in the same step is treated as never admitted.
+``prepend`` of a request popped in the same step (the engine skipped it) undoes its admission
+and puts it back at the place it had. A request preempted later rejoins as a new arrival: its
+freed blocks usually stay cached, so the cache lane serves it soon (measured on the replay suite:
+resuming preempted requests first, as vLLM does, raised TTFT p50 by about 40% at the same TPOT;
+docs/peek.md). With ``lanes`` off the queue is vLLM's own order, resume-first included, with no
+probing, guard, headroom or re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine
+specifics come through :class:`EngineView`; this module imports no engine.
 
-Engine specifics come through :class:`EngineView`; this module imports no engine.
-**Cost per operation**: add/remove O(blocks + log n); each pick O(blocks + hot lanes x blocks)
-amortised; ``begin_step`` O(guard window + pioneers). ``len`` counts held siblings too.
+**Cost per operation**: add / prepend O(blocks + log n); a presentation O(log n + cost buckets)
+amortized plus two probes; pop O(blocks + log n) plus the re-pricing of its cluster (each waiting
+request is re-priced once per run of its blocks that becomes cached); ``begin_step``
+O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings too.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from prefixserving.peek.guard import Guard, GuardReport
 from prefixserving.peek.holding import Holding
-from prefixserving.peek.index import DualWalk, QueueIndex
-from prefixserving.peek.lanes import SOLO_LANE, Entry, Lanes, Pick, cluster_lane
+from prefixserving.peek.index import QueueIndex
+from prefixserving.peek.lanes import Entry, Lanes, Pick, Stamps
 from prefixserving.peek.settings import PeekSettings
 
 R = TypeVar("R")
 H = TypeVar("H", bound=Hashable)
 
+# Requests of the lanes' plan whose cached blocks the guard protects each step.
+PLAN_REQUESTS = 32
 # Steps the lanes keep reordering after the guard last reported pressure: the free queue
 # refills and drains from step to step, so pressure seen now is pressure a few steps on.
 PRESSURE_MEMORY_STEPS = 16
@@ -54,35 +70,59 @@ class EngineView(Protocol[R, H]):
     def request_id(self, request: R) -> str: ...
 
     def block_hashes(self, request: R) -> Sequence[H]:
-        """Chained hashes of the request's full prompt blocks (adapter and salt included)."""
+        """Chained hashes of the request's full blocks (adapter and salt included)."""
         ...
 
     def num_tokens(self, request: R) -> int: ...
 
+    def priority_key(self, request: R) -> tuple[int, tuple[Any, ...]] | None:
+        """(priority value, order within it) under a priority policy; None under FCFS."""
+        ...
+
     def is_cached(self, block_hash: H) -> bool: ...
+
+    def allocated(self, request: R) -> bool:
+        """True once the engine allocated the request (it runs)."""
+        ...
+
+    def computed_tokens(self, request: R) -> int: ...
 
     def prefill_done(self, request: R) -> bool:
         """True once an admitted request registered all its full prompt blocks, or left."""
         ...
 
+    def free_blocks(self) -> int:
+        """Blocks the engine can still allocate (free or evictable)."""
+        ...
+
 
 @dataclass(slots=True)
 class QueueStats:
-    """Counters for metrics: admitted requests and prefill tokens per pick (FCFS spine or
-    hot-lane stride) and lane kind, siblings held, guard pressure steps."""
+    """Counters for metrics: admitted requests and uncached prompt tokens per lane, siblings
+    held, steps the guard reported pressure, steps whose admissions stopped for headroom."""
 
     admitted: dict[str, int]
     admitted_tokens: dict[str, int]
-    lane_tokens: dict[str, int]
     holds: int = 0
     pressure_steps: int = 0
+    headroom_stops: int = 0
 
 
 @dataclass(slots=True)
-class _Candidate(Generic[R]):
-    entry: Entry[R]
-    pick: Pick
-    walk: DualWalk
+class _Admission(Generic[R, H]):
+    """A pop waiting for the engine's allocation: what it needs to become a pioneer."""
+
+    request: R
+    hashes: tuple[H, ...]
+    frontier: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Popped:
+    """A request popped this step: its charge (to refund) and its place (to restore)."""
+
+    cost_tokens: int
+    stamps: Stamps
 
 
 class PeekQueue(Generic[R, H]):
@@ -92,78 +132,95 @@ class PeekQueue(Generic[R, H]):
         self,
         view: EngineView[R, H],
         settings: PeekSettings | None = None,
-        guard: Guard[object, H] | None = None,
+        guard: Guard[Any, H] | None = None,
     ) -> None:
         self.view = view
         self.settings = settings or PeekSettings()
-        self.guard = guard
+        self.guard = guard if self.settings.lanes else None
         self.index: QueueIndex[H] = QueueIndex()
         self.holding: Holding[H] = Holding(self.settings.max_sibling_wait_ms / 1000.0)
-        self.lanes: Lanes[R] = Lanes(max_overtakes=self.settings.max_overtakes)
-        self.stats = QueueStats(
-            admitted={p.value: 0 for p in Pick},
-            admitted_tokens={p.value: 0 for p in Pick},
-            lane_tokens={"solo": 0, "cluster": 0},
+        self.lanes: Lanes[R] = Lanes(
+            cache_lane=self.settings.lanes, max_overtakes=self.settings.max_overtakes
         )
-        self._hashes: dict[str, tuple[H, ...]] = {}
-        self._solo_by_root: dict[H, str] = {}
-        self._pioneer_requests: dict[str, R] = {}
-        self._popped_this_step: set[str] = set()
-        self._candidate: _Candidate[R] | None = None
-        self._holds_fresh = False
-        self._hot_memo: dict[str, bool] = {}
-        self._now_s = 0.0
-        self._steps_since_pressure = PRESSURE_MEMORY_STEPS + 1
+        self.stats = QueueStats(
+            admitted={p.value: 0 for p in Pick}, admitted_tokens={p.value: 0 for p in Pick}
+        )
         self.last_guard_report = GuardReport(0, 0, 0, free_short=False)
+        self._seq = itertools.count()
+        self._unconfirmed: list[_Admission[R, H]] = []
+        self._popped_this_step: dict[str, _Popped] = {}
+        self._pioneer_requests: dict[str, R] = {}
+        self._candidate: tuple[Entry[R], Pick] | None = None
+        self._holds_fresh = False
+        self._now_s = 0.0
+        self._reserve_blocks: int | None = None
+        self._steps_since_pressure = PRESSURE_MEMORY_STEPS + 1
+        self.lanes.reorder = False
 
     # -- per step -------------------------------------------------------------------------------
-    def begin_step(self, now_s: float, window_blocks: int | None = None) -> None:
-        """Call once per scheduler step before the engine allocates; ``window_blocks`` is the
-        engine's estimate of the blocks the step allocates (the guard's scan window).
-        O(window + pioneers)."""
+    def begin_step(
+        self, now_s: float, window_blocks: int | None = None, reserve_blocks: int | None = None
+    ) -> None:
+        """Call once per scheduler step before the engine allocates (module docstring).
+        ``window_blocks``: the engine's estimate of the blocks the step allocates (the guard's
+        scan window); ``reserve_blocks``: blocks the running requests still need (None when
+        nothing runs: then admission is left to the engine, which can always drain its queue)."""
         self._now_s = now_s
-        self._hot_memo.clear()
+        self._confirm_admissions()
         self._popped_this_step.clear()
         self._candidate = None
         self._holds_fresh = False
+        self._reserve_blocks = reserve_blocks
         for pid, request in list(self._pioneer_requests.items()):
             if self.view.prefill_done(request):
-                self._retire(pid)
-        if self.guard is not None:
-            self.last_guard_report = self.guard.step(self.index.count, window_blocks)
+                released = self.holding.retire_pioneer(pid, now_s)
+            else:
+                released = self.holding.progress(pid, self.view.computed_tokens(request), now_s)
+            if not self.holding.is_pioneer(pid):
+                del self._pioneer_requests[pid]
+            self._unpark(released)
+        if self.guard is None:
+            return
+        self.guard.release_all()
+        self.last_guard_report = self.guard.step(self._plan_rank(), window_blocks)
         if self.last_guard_report.pressure:
             self.stats.pressure_steps += 1
             self._steps_since_pressure = 0
         else:
             self._steps_since_pressure += 1
-        self.lanes.pressure = (
-            self.settings.lanes and self._steps_since_pressure <= PRESSURE_MEMORY_STEPS
-        )
+        self.lanes.reorder = self._steps_since_pressure <= PRESSURE_MEMORY_STEPS
 
     def release_pins(self) -> int:
-        """Release every hard pin (preemption pressure, cache reset, shutdown)."""
+        """Release every hard pin (preemption, cache reset, shutdown)."""
         return 0 if self.guard is None else self.guard.release_all()
 
     def shutdown(self) -> None:
-        """Release pins and held siblings; the queue keeps its requests in FCFS order."""
+        """Release pins and held siblings; the queue keeps its requests."""
         self.release_pins()
         for rid in self.holding.clear():
             self.lanes.unpark(rid)
         self._pioneer_requests.clear()
+        self._unconfirmed.clear()
         self._candidate = None
 
     # -- request-queue interface ----------------------------------------------------------------
     def add_request(self, request: R) -> None:
-        """Queue a new request at the back of its lane. O(blocks + log n)."""
-        self._insert(request, front=False)
+        """Queue a new request. O(blocks + log n)."""
+        self._insert(request)
 
     def prepend_request(self, request: R) -> None:
-        """Put a request at the front (preempted, or skipped this step). O(blocks + log n)."""
+        """Put a request back (module docstring). O(blocks + log n)."""
         rid = self.view.request_id(request)
-        if rid in self._popped_this_step:
-            self._popped_this_step.discard(rid)
-        self._retire(rid)
-        self._insert(request, front=True)
+        popped = self._popped_this_step.pop(rid, None)
+        if popped is not None:
+            self.lanes.refund(popped.cost_tokens)
+            self._unconfirmed = [a for a in self._unconfirmed if a.request is not request]
+        if self._pioneer_requests.pop(rid, None) is not None:
+            self._unpark(self.holding.retire_pioneer(rid, self._now_s))
+        if not self.settings.lanes:
+            self._insert(request, resume=True)
+        else:
+            self._insert(request, stamps=None if popped is None else popped.stamps)
 
     def prepend_requests(self, requests: Iterable[R]) -> None:
         """Prepend each in turn, so the last one ends up first (vLLM's documented order)."""
@@ -172,30 +229,26 @@ class PeekQueue(Generic[R, H]):
 
     def peek_request(self) -> R:
         """The request the scheduler should try next; IndexError when none can be presented."""
-        candidate = self._current()
-        if candidate is None:
+        current = self._current()
+        if current is None:
             raise IndexError("peek from an empty queue")
-        return candidate.entry.request
+        return current[0].request
 
     def pop_request(self) -> R:
         """Admit the presented request; IndexError when none can be presented."""
-        candidate = self._current()
-        if candidate is None:
+        current = self._current()
+        if current is None:
             raise IndexError("pop from an empty queue")
-        entry, walk = candidate.entry, candidate.walk
-        hashes = self._hashes[entry.rid]
-        self._drop(entry.rid)
-        if walk.cached_blocks < len(hashes):
-            self.holding.add_pioneer(entry.rid, hashes[walk.cached_blocks :])
-            self._pioneer_requests[entry.rid] = entry.request
-        cost = self._cost_tokens(entry.request, walk)
-        self.lanes.charge(candidate.pick, entry.lane, cost)
-        self.stats.admitted[candidate.pick.value] += 1
-        self.stats.admitted_tokens[candidate.pick.value] += cost
-        self.stats.lane_tokens["solo" if entry.lane == SOLO_LANE else "cluster"] += cost
-        self._popped_this_step.add(entry.rid)
-        # The admitted request's prefix is now cached: the rest of its cluster is hot.
-        self.lanes.mark_hot(entry.lane)
+        entry, pick = current
+        rid = entry.rid
+        self._unconfirmed.append(
+            _Admission(entry.request, self.index.path(rid), self.index.frontier(rid))
+        )
+        self._drop(rid)
+        self.lanes.charge(entry.cost_tokens)
+        self._popped_this_step[rid] = _Popped(entry.cost_tokens, entry.stamps)
+        self.stats.admitted[pick.value] += 1
+        self.stats.admitted_tokens[pick.value] += entry.cost_tokens
         return entry.request
 
     def remove_request(self, request: R) -> None:
@@ -221,8 +274,13 @@ class PeekQueue(Generic[R, H]):
         return len(self.lanes)
 
     def __iter__(self) -> Iterator[R]:
-        """All waiting requests, held siblings included, in arrival order. O(n log n)."""
+        """All waiting requests, held siblings included, in vLLM's own order. O(n log n)."""
         return (entry.request for entry in self.lanes)
+
+    def __getitem__(self, position: int) -> R:
+        """The request at ``position`` of :meth:`__iter__`'s order (vLLM's FCFS queue is a deque,
+        which its own code and tests index). O(n log n)."""
+        return list(self)[position]
 
     # -- observability --------------------------------------------------------------------------
     @property
@@ -233,100 +291,138 @@ class PeekQueue(Generic[R, H]):
     def num_pinned(self) -> int:
         return 0 if self.guard is None else self.guard.num_pinned
 
+    @property
+    def uncached_waiting_tokens(self) -> int:
+        """Prompt tokens (full blocks) the waiting requests still need computed, each shared
+        block once, less the blocks running pioneers are computing for them. O(owned)."""
+        owned = sum(1 for h in self.holding.owned_hashes() if self.index.count(h))
+        return (self.index.num_nodes - owned) * self.view.block_size
+
     # -- internals ------------------------------------------------------------------------------
-    def _insert(self, request: R, *, front: bool) -> None:
+    def _insert(self, request: R, *, resume: bool = False, stamps: Stamps | None = None) -> None:
         rid = self.view.request_id(request)
         hashes = tuple(self.view.block_hashes(request))
-        self._hashes[rid] = hashes
-        self.index.insert(rid, hashes)
-        entry = self.lanes.add(rid, request, self._lane_for(rid, hashes), front=front)
-        if self.guard is not None and hashes:
-            self.guard.protect_path(hashes)
-        if entry.lane != SOLO_LANE and self._is_hot(entry):
-            self.lanes.mark_hot(entry.lane)
+        frontier = self._probe_frontier(hashes) if self.guard is not None else 0
+        self.index.insert(rid, hashes, frontier)
+        key = self.view.priority_key(request)
+        klass, order = key if key is not None else (0, (next(self._seq),))
+        cost, cache_key = self._price(rid, request)
+        self.lanes.add(
+            rid,
+            request,
+            klass=klass,
+            order=order,
+            cost_tokens=cost,
+            cache_key=cache_key,
+            resume=resume and key is None,
+            stamps=stamps,
+        )
         self._candidate = None
-
-    def _lane_for(self, rid: str, hashes: tuple[H, ...]) -> tuple[str, Hashable]:
-        if not hashes:
-            return SOLO_LANE
-        root = hashes[0]
-        if self.index.count(root) >= 2:
-            lane = cluster_lane(root)
-            other = self._solo_by_root.pop(root, None)
-            if other is not None:
-                self.lanes.move(other, lane)
-            return lane
-        if self.view.is_cached(root):
-            return cluster_lane(root)
-        self._solo_by_root[root] = rid
-        return SOLO_LANE
 
     def _drop(self, rid: str) -> None:
         self.lanes.remove(rid)
-        hashes = self._hashes.pop(rid)
-        if hashes and self._solo_by_root.get(hashes[0]) == rid:
-            del self._solo_by_root[hashes[0]]
-        unneeded = self.index.remove(rid)
-        if self.guard is not None and unneeded:
-            self.guard.on_unneeded(unneeded)
+        self.index.remove(rid)
         self.holding.forget(rid)
         self._candidate = None
 
-    def _retire(self, pid: str) -> None:
-        if self._pioneer_requests.pop(pid, None) is None:
-            return
-        for rid in self.holding.retire_pioneer(pid, self._now_s):
-            self.lanes.unpark(rid)
-        self._candidate = None
+    def _price(self, rid: str, request: R) -> tuple[int, tuple[Any, ...]]:
+        """(uncached prompt tokens, cache-lane key) of an indexed request: least uncached work
+        first, then the most waiting tokens its admission unlocks (its cluster's shared uncached
+        tokens times the siblings that need them), then arrival."""
+        block_size = self.view.block_size
+        path, frontier = self.index.path(rid), self.index.frontier(rid)
+        cost = max(1, self.view.num_tokens(request) - frontier * block_size)
+        siblings = self.index.count(path[frontier]) - 1 if frontier < len(path) else 0
+        unlocked = self.index.shared_blocks(rid) * block_size * siblings if siblings else 0
+        return cost, (cost, -unlocked)
 
-    def _refresh_holds(self) -> None:
-        if self._holds_fresh:
-            return
-        self._holds_fresh = True
-        for rid in self.holding.release_ready(self._now_s, self.view.is_cached):
-            self.lanes.unpark(rid)
+    def _probe_frontier(self, hashes: Sequence[H], start: int = 0) -> int:
+        is_cached = self.view.is_cached
+        frontier = start
+        while frontier < len(hashes) and is_cached(hashes[frontier]):
+            frontier += 1
+        return frontier
 
-    def _current(self) -> _Candidate[R] | None:
+    def _refresh_frontier(self, rid: str) -> bool:
+        """Re-check ``rid``'s cached prefix (two probes when nothing changed); re-index and
+        re-price it when it moved. Returns whether it moved."""
+        hashes = self.index.path(rid)
+        old = self.index.frontier(rid)
+        if old and not self.view.is_cached(hashes[old - 1]):
+            new = self._probe_frontier(hashes)  # evicted: walk again from the first block
+        else:
+            new = self._probe_frontier(hashes, old)
+        if new == old:
+            return False
+        self.index.move_frontier(rid, new)
+        entry = self.lanes.get(rid)
+        if entry is not None:
+            self.lanes.reprice(rid, *self._price(rid, entry.request))
+        return True
+
+    def _confirm_admissions(self) -> None:
+        """Pops the engine allocated become pioneers and re-price their clusters."""
+        admissions, self._unconfirmed = self._unconfirmed, []
+        for admission in admissions:
+            request, hashes, frontier = admission.request, admission.hashes, admission.frontier
+            if not self.view.allocated(request) or frontier >= len(hashes):
+                continue
+            rid = self.view.request_id(request)
+            if self.holding.max_sibling_wait_s > 0:
+                self.holding.add_pioneer(rid, hashes[frontier:], self.view.computed_tokens(request))
+                self._pioneer_requests[rid] = request
+            if self.guard is not None:
+                for member in list(self.index.at(hashes[frontier])):
+                    self._refresh_frontier(member)
+
+    def _unpark(self, rids: Iterable[str]) -> None:
+        for rid in rids:
+            self.lanes.unpark(rid)
+            self._candidate = None
+
+    def _current(self) -> tuple[Entry[R], Pick] | None:
         if self._candidate is not None:
             return self._candidate
-        self._refresh_holds()
+        self._confirm_admissions()
+        if not self._holds_fresh:
+            self._holds_fresh = True
+            self._unpark(self.holding.release_ready(self._now_s, self.view.is_cached))
         while True:
-            picked = self.lanes.next_pick(self._is_hot)
+            picked = self.lanes.next_pick()
             if picked is None:
                 return None
             entry, pick = picked
-            hashes = self._hashes[entry.rid]
-            walk = self.index.dual_walk(hashes, self.view.is_cached)
-            decision = self.holding.decide(entry.rid, hashes, walk.cached_blocks, self._now_s)
-            if decision is None:
-                self._candidate = _Candidate(entry, pick, walk)
-                return self._candidate
-            self.holding.hold(entry.rid, decision[0], decision[1], self._now_s)
-            self.lanes.park(entry.rid)
-            self.stats.holds += 1
+            rid = entry.rid
+            if self.guard is not None and self._refresh_frontier(rid):
+                continue
+            if pick is not Pick.RESUME:
+                info = self.holding.decide(
+                    rid, self.index.path(rid), self.index.frontier(rid), self._now_s
+                )
+                if info is not None:
+                    self.holding.hold(rid, info)
+                    self.lanes.park(rid)
+                    self.stats.holds += 1
+                    continue
+                if self.guard is not None and not self._fits(entry):
+                    self.stats.headroom_stops += 1
+                    return None
+            self._candidate = picked
+            return picked
 
-    def _is_hot(self, entry: Entry[R]) -> bool:
-        """Half the prompt cached; memoised per step (the cache only grows within a step,
-        except for evictions the guard keeps away from needed blocks)."""
-        hot = self._hot_memo.get(entry.rid)
-        if hot is None:
-            hot = self._hot_memo[entry.rid] = self._cached_half(entry)
-        return hot
+    def _fits(self, entry: Entry[R]) -> bool:
+        """Decode headroom: the request's new blocks, plus one for its first output block,
+        leave the blocks the running requests still need. Always true while nothing runs."""
+        if self._reserve_blocks is None:
+            return True
+        new_blocks = -(-entry.cost_tokens // self.view.block_size) + 1
+        return self.view.free_blocks() - new_blocks >= self._reserve_blocks
 
-    def _cached_half(self, entry: Entry[R]) -> bool:
-        """Walk the leading blocks only until the hot threshold is reached."""
-        tokens = self.view.num_tokens(entry.request)
-        if tokens <= 0:
-            return False
-        needed_blocks = self.settings.hot_min_cached_fraction * tokens / self.view.block_size
-        is_cached = self.view.is_cached
-        cached_blocks = 0
-        for block_hash in self._hashes[entry.rid]:
-            if cached_blocks >= needed_blocks or not is_cached(block_hash):
-                break
-            cached_blocks += 1
-        return cached_blocks >= needed_blocks
-
-    def _cost_tokens(self, request: R, walk: DualWalk) -> int:
-        uncached = self.view.num_tokens(request) - walk.cached_blocks * self.view.block_size
-        return max(uncached, self.view.block_size)
+    def _plan_rank(self) -> dict[H, int]:
+        """Cached block hash -> rank of the best request of the lanes' plan that reads it."""
+        plan = self.lanes.plan(PLAN_REQUESTS)
+        rank: dict[H, int] = {}
+        for position in range(len(plan) - 1, -1, -1):
+            rid = plan[position].rid
+            rank.update(dict.fromkeys(self.index.path(rid)[: self.index.frontier(rid)], position))
+        return rank

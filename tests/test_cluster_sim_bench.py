@@ -9,8 +9,15 @@ import pytest
 from click.testing import CliRunner
 
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
-from prefixserving.sim.baselines import KubeaiChwblPolicy, SglangCacheAwarePolicy, make_sim_policy
-from prefixserving.sim.cluster_bench import (
+from prefixserving_lab.cli.cluster import cluster
+from prefixserving_lab.models.peer_routers import (
+    KubeaiChwblPolicy,
+    SglangCacheAwarePolicy,
+    make_sim_policy,
+)
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.reports.cluster import render_markdown
+from prefixserving_lab.runners.cluster import (
     RunRow,
     Workload,
     auto_cache_blocks,
@@ -18,10 +25,7 @@ from prefixserving.sim.cluster_bench import (
     run_one,
     verdicts,
 )
-from prefixserving.sim.cluster_cli import cluster
-from prefixserving.sim.cluster_report import render_markdown
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.workloads import SharedPrefixGroups, scale_arrivals
+from prefixserving_lab.workloads.blocks import SharedPrefixGroups, scale_arrivals
 
 BACKENDS = ("a", "b", "c", "d")
 

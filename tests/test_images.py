@@ -45,7 +45,7 @@ from prefixserving.api.types import PrefixServing
 from prefixserving.api.validation import parse_scaling_policy
 from prefixserving.render import render_children
 from prefixserving.render.environment import TEMPLATES_ENV, TemplatesMissingError, load_templates
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
 from render_examples import EXAMPLES, rendered, resource_examples
 from support.dockerfile_replay import (
     BuildFailed,

@@ -16,9 +16,9 @@ import pytest
 from prefixserving import constants
 from prefixserving.controller import metrics
 from prefixserving.controller.kube import DEPLOYMENT
-from prefixserving.stack.prometheus import running_prometheus
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.stack.prometheus import running_prometheus
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.operator_harness import Harness
 
 NAMESPACE, NAME = "t-metrics", "chat"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from prefixserving.sim.conversations import BurstSchedule, ConversationShape, compress
-from prefixserving.sim.fleet import PodLifecycle
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.report import hit_rate
-from prefixserving.sim.rollout import RolloutRun, RolloutSetup, compare, run_rollout
-from prefixserving.sim.scaling import fresh_outcomes
-from prefixserving.sim.traces import TraceRequest
+from prefixserving_lab.models.fleet import PodLifecycle
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.models.rollout import RolloutRun, RolloutSetup, compare, run_rollout
+from prefixserving_lab.models.scaling import fresh_outcomes
+from prefixserving_lab.reports.files import hit_rate
+from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
+from prefixserving_lab.workloads.traces import TraceRequest
 
 SETUP = RolloutSetup(
     schedule=BurstSchedule(duration_s=600.0, base_scale=1.0, bursts=()),

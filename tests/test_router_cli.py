@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config
+from prefixserving_lab.testing import wait_for
 from support.processes import wait_for_answer
 
 FLAGS = (

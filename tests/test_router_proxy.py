@@ -10,8 +10,8 @@ import uvicorn
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool
-from prefixserving.router.fake_engine import serving
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.runners.fake_engine import serving
+from prefixserving_lab.testing import wait_for_async
 from router_support import (
     FAST_POOL,
     FirstPolicy,

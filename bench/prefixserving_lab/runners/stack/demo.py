@@ -1,0 +1,205 @@
+"""The README's main job: PrefixServing's stack against a baseline stack, side by side.
+
+Both stacks run the same programs on the same machine, one after the other, and replay the
+same shared-prefix chat workload (:mod:`prefixserving_lab.workloads.prompts`) through their router:
+
+- ``prefixserving``: two engines with the PEEK scheduler, the ``prefix-affinity`` router,
+  and a warm-up sidecar per engine that pre-fills the prefix list (the group system prompts
+  the operator would put in ``spec.warmup.prompts``) before the engine takes traffic.
+- ``baseline``: two engines with vLLM's stock scheduler, a ``round-robin`` router, no warm-up.
+
+Reported per stack: hit rate (cached prompt tokens / prompt tokens, from the engines'
+``vllm:prefix_cache_*`` counters over the replay), client TTFT p50/p99, throughput, errors.
+Writes ``demo.json``, ``demo.md`` and ``demo.png`` to the output folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from prefixserving_lab.machine import cpu_model
+from prefixserving_lab.runners.client import RequestResult, TimedRequest, replay
+from prefixserving_lab.runners.stack.engines import Engine, sum_metric
+from prefixserving_lab.runners.stack.local import StackConfig, running_stack
+from prefixserving_lab.workloads.prompts import shared_prefix_chat, system_prompts
+
+
+@dataclass(frozen=True)
+class DemoWorkload:
+    groups: int = 8
+    per_group: int = 8
+    system_words: int = 600
+    max_tokens: int = 8
+    rate_per_s: float = 3.0
+    seed: int = 0
+
+    def requests(self) -> list[TimedRequest]:
+        return shared_prefix_chat(
+            groups=self.groups,
+            per_group=self.per_group,
+            system_words=self.system_words,
+            max_tokens=self.max_tokens,
+            rate_per_s=self.rate_per_s,
+            seed=self.seed,
+        )
+
+    def warmup_prompts(self) -> list[dict[str, object]]:
+        """The prefix list: each group's system prompt, as clients send it."""
+        return [
+            {"messages": [{"role": "system", "content": system}]}
+            for system in system_prompts(self.groups, self.system_words, self.seed)
+        ]
+
+
+@dataclass(frozen=True)
+class StackResult:
+    stack: str
+    scheduler: str
+    router_policy: str
+    warmup: bool
+    requests: int
+    errors: int
+    hit_rate: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    throughput_rps: float
+    duration_s: float
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q) - 1]
+
+
+def _prefix_counters(engines: list[Engine]) -> tuple[float, float]:
+    texts = [engine.metrics_text() for engine in engines]
+    hits = sum(sum_metric(t, "vllm:prefix_cache_hits_total") for t in texts)
+    queries = sum(sum_metric(t, "vllm:prefix_cache_queries_total") for t in texts)
+    return hits, queries
+
+
+def run_stack(config: StackConfig, workload: DemoWorkload) -> StackResult:
+    """Start one stack, replay the workload through its router, stop it."""
+    requests = workload.requests()
+    with running_stack(config) as stack:
+        hits0, queries0 = _prefix_counters(stack.engines)
+        with tqdm(total=len(requests), desc=f"{config.name:>13}", unit="req") as bar:
+            results: list[RequestResult] = asyncio.run(
+                replay(stack.router_url, requests, on_done=lambda _: bar.update())
+            )
+            duration = bar.format_dict["elapsed"]
+        hits1, queries1 = _prefix_counters(stack.engines)
+    ok = [r for r in results if r.ok]
+    ttfts = sorted(r.ttft_s for r in ok)
+    return StackResult(
+        stack=config.name,
+        scheduler=config.scheduler,
+        router_policy=config.router_policy,
+        warmup=bool(config.warmup_prompts),
+        requests=len(results),
+        errors=len(results) - len(ok),
+        hit_rate=(hits1 - hits0) / max(queries1 - queries0, 1.0),
+        ttft_p50_s=_percentile(ttfts, 50),
+        ttft_p99_s=_percentile(ttfts, 99),
+        throughput_rps=len(ok) / duration if duration else 0.0,
+        duration_s=duration,
+    )
+
+
+def stacks(workload: DemoWorkload) -> list[StackConfig]:
+    return [
+        StackConfig(
+            name="prefixserving",
+            scheduler="peek",
+            router_policy="prefix-affinity",
+            warmup_prompts=workload.warmup_prompts(),
+        ),
+        StackConfig(name="baseline", scheduler="fcfs", router_policy="round-robin"),
+    ]
+
+
+def markdown(results: list[StackResult], machine: str) -> str:
+    ours, base = results
+    lines = [
+        f"Machine: {machine}",
+        "",
+        "| stack | scheduler | router | warm-up | hit rate | TTFT p50 (s) | TTFT p99 (s) "
+        "| throughput (req/s) | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.stack} | {r.scheduler} | {r.router_policy} | {'yes' if r.warmup else 'no'} "
+            f"| {r.hit_rate:.3f} | {r.ttft_p50_s:.3f} | {r.ttft_p99_s:.3f} "
+            f"| {r.throughput_rps:.2f} | {r.errors} |"
+        )
+    lines += [
+        "",
+        "Ratios (prefixserving / baseline): "
+        f"hit rate {ours.hit_rate / max(base.hit_rate, 1e-9):.2f}x, "
+        f"TTFT p50 {ours.ttft_p50_s / base.ttft_p50_s:.2f}x, "
+        f"TTFT p99 {ours.ttft_p99_s / base.ttft_p99_s:.2f}x, "
+        f"throughput {ours.throughput_rps / max(base.throughput_rps, 1e-9):.2f}x.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: list[StackResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r.stack for r in results]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    panels = [
+        ("prefix-cache hit rate", [r.hit_rate for r in results]),
+        ("TTFT p50 (s)", [r.ttft_p50_s for r in results]),
+        ("TTFT p99 (s)", [r.ttft_p99_s for r in results]),
+    ]
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        ax.bar(names, values, color=["#2a7", "#999"])
+        ax.set_title(title)
+        for i, v in enumerate(values):
+            ax.annotate(f"{v:.2f}", (i, v), ha="center", va="bottom")
+    fig.suptitle("PrefixServing vs baseline: same engines, same workload")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def machine_description() -> str:
+    import os
+
+    return f"{os.cpu_count()} cores, {cpu_model()}, {platform.system()} {platform.release()}"
+
+
+def run_demo(out_dir: Path, workload: DemoWorkload) -> list[StackResult]:
+    """Run both stacks, write demo.json, demo.md and demo.png; return the results."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = [run_stack(config, workload) for config in stacks(workload)]
+    machine = machine_description()
+    (out_dir / "demo.json").write_text(
+        json.dumps(
+            {
+                "machine": machine,
+                "workload": asdict(workload),
+                "stacks": [asdict(r) for r in results],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (out_dir / "demo.md").write_text(markdown(results, machine))
+    chart(results, out_dir / "demo.png")
+    return results

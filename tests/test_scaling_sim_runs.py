@@ -9,7 +9,8 @@ import pytest
 
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.replica import ServiceModel
-from prefixserving_lab.models.scaling import ScalingOutcome, ScalingSetup, run_scaling
+from prefixserving_lab.models.scaling import ScalingSetup
+from prefixserving_lab.runners.scaling import ScalingOutcome, run_scaling
 from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
 from prefixserving_lab.workloads.traces import TraceRequest
 

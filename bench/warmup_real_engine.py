@@ -33,8 +33,9 @@ import httpx
 
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.state import WarmupState
+from prefixserving_lab.machine import machine, machine_line
 from prefixserving_lab.models.scaling import ScalingSetup
-from prefixserving_lab.reports.files import fmt, machine, quantile, table, write_results
+from prefixserving_lab.reports.files import fmt, quantile, table, write_results
 from prefixserving_lab.runners.scaling import run_scaling
 from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
 from prefixserving_lab.workloads.conversations import bursty_conversations
@@ -262,11 +263,7 @@ def markdown(real: dict | None, sim: dict | None) -> str:
             ),
             "",
         ]
-    m = machine()
-    lines.append(
-        f"Machine: {m['description']}, load average {m['load_average_1m']} "
-        "(other jobs were running)."
-    )
+    lines.append(f"Machine: {machine_line(machine())}.")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
 from prefixserving_lab.cli.cluster import cluster
+from prefixserving_lab.machine import machine
 from prefixserving_lab.models.peer_routers import (
     KubeaiChwblPolicy,
     SglangCacheAwarePolicy,
@@ -121,7 +122,7 @@ def test_default_verdict_follows_the_deployed_router_count() -> None:
         _row("prefix_affinity", 0.57, 1.10, routers=2),
         _row("two_choice", 0.52, 1.05, routers=2),
     ]
-    meta = {"command": "c", "machine": "m", "wall_s": 1.0, "service": "s", "utilization": 0.5}
+    meta = {"command": "c", "machine": machine(), "wall_s": 1.0, "service": "s", "utilization": 0.5}
     deployed_two = render_markdown(rows, verdicts(rows), {**meta, "deployed_routers": 2})
     assert "| 1 | 1 of 1 |" in deployed_two and "| 2 | 0 of 1 |" in deployed_two
     assert "default should be **prefix-affinity**" in deployed_two

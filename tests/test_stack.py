@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prefixserving_lab.runners.stack.demo import DemoWorkload, StackResult, markdown
+from prefixserving_lab.reports.demo import markdown
+from prefixserving_lab.runners.stack.demo import DemoWorkload, StackResult
 from prefixserving_lab.runners.stack.engines import MODEL_NAME
 
 

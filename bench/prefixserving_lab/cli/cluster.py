@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from dataclasses import asdict
@@ -12,10 +11,11 @@ import click
 
 from prefixserving.api.defaults import ROUTER_REPLICAS
 from prefixserving.router.policies.registry import POLICY_NAMES
+from prefixserving_lab.machine import machine
 from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
 from prefixserving_lab.models.replica import ServiceModel
-from prefixserving_lab.reports.cluster import write_results
-from prefixserving_lab.runners.cluster import Workload, machine_description, run_bench, verdicts
+from prefixserving_lab.reports.cluster import write_cluster_results
+from prefixserving_lab.runners.cluster import Workload, run_bench, verdicts
 from prefixserving_lab.workloads.blocks import SharedPrefixGroups
 from prefixserving_lab.workloads.traces import (
     MOONCAKE_FILE,
@@ -145,6 +145,7 @@ def cluster(
             Workload("shared-prefix-groups", tuple(SharedPrefixGroups(requests=count).generate()))
         )
     service = ServiceModel()
+    record = machine()
     started = time.monotonic()
     rows = run_bench(
         workloads,
@@ -156,17 +157,14 @@ def cluster(
         time_scale=time_scale,
         utilization=utilization,
     )
-    load = os.getloadavg()[0]
-    busy = load > 0.5 * (os.cpu_count() or 1)
     meta = {
         "command": _command_line(click.get_current_context()),
-        "machine": machine_description(),
+        "machine": record,
         "wall_s": time.monotonic() - started,
-        "load_note": f"; load average {load:.1f}, other jobs were running" if busy else "",
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items() if k != "cache_blocks"),
         "utilization": utilization,
         "deployed_routers": ROUTER_REPLICAS,
     }
-    json_path, md_path = write_results(out_dir, rows, verdicts(rows), meta)
+    json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta)
     click.echo(md_path.read_text())
     click.echo(f"wrote {json_path} and {md_path}")

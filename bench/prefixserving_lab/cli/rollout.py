@@ -8,11 +8,13 @@ from pathlib import Path
 
 import click
 
-from prefixserving_lab.cli.scaling import parse_window, schedule_options
+from prefixserving_lab.cli.options import parse_window, schedule_options
+from prefixserving_lab.machine import machine
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.rollout import RolloutSetup
-from prefixserving_lab.reports.files import machine, table, write_results
-from prefixserving_lab.runners.rollout import RolloutOutcome, compare
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.reports.rollout import rollout_markdown
+from prefixserving_lab.runners.rollout import compare
 from prefixserving_lab.workloads.conversations import (
     BurstSchedule,
     ConversationShape,
@@ -66,64 +68,18 @@ def rollout(
         replicas=replicas,
         start_s=start_s,
     )
+    record = machine()
     requests = bursty_conversations(schedule, setup.shape, trace)
     outcomes = compare(requests, setup)
-    text = rollout_markdown(outcomes, setup, len(requests), trace.name)
+    text = rollout_markdown(outcomes, setup, len(requests), trace.name, record)
     payload = {
         "benchmark": "rollout",
-        "machine": machine(),
+        "machine": record,
         "trace": trace.name,
         "requests": len(requests),
         "setup": asdict(setup),
         "runs": [o.summary() for o in outcomes],
     }
-    path = write_results(out_dir, "rollout", payload, text)
+    json_path, md_path = write_results(out_dir, "rollout", payload, text)
     click.echo(text)
-    click.echo(f"wrote {path}")
-
-
-def rollout_markdown(
-    outcomes: list[RolloutOutcome], setup: RolloutSetup, requests: int, trace: str
-) -> str:
-    by_mode = {o.mode: o for o in outcomes}
-    steady = by_mode["steady"].ttft_p99_s
-    rows = [
-        [
-            o.mode,
-            o.rollout_s,
-            o.requests,
-            o.ttft_p50_s,
-            o.ttft_p99_s,
-            o.ttft_p99_s / steady if steady else None,
-            o.hit_rate,
-        ]
-        for o in outcomes
-    ]
-    header = [
-        "run",
-        "rollout s",
-        "requests",
-        "TTFT p50 s",
-        "TTFT p99 s",
-        "p99 / steady",
-        "hit rate",
-    ]
-    s = setup.schedule
-    window = outcomes[0].window_s
-    m = machine()
-    return "\n".join(
-        [
-            "# TTFT during a rolling update (surge 1, unavailable 0)",
-            "",
-            f"Workload: `{trace}` time-compressed x{s.base_scale:g} ({requests} requests, "
-            f"conversational prefixes), {setup.replicas} replicas behind `{setup.policy}`; every "
-            f"pod replaced from {setup.start_s:.0f} s, pods load for {setup.lifecycle.load_s:g} s. "
-            f"Measured over arrivals {window[0]:.0f}-{window[1]:.0f} s in all three runs; "
-            "steady = the same traffic with no rollout.",
-            "",
-            table(header, rows),
-            "",
-            f"Machine: {m['description']}, load average {m['load_average_1m']} "
-            "(other jobs were running). Simulated time; the figures do not depend on the machine.",
-        ]
-    )
+    click.echo(f"wrote {json_path} and {md_path}")

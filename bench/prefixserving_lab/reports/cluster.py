@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from prefixserving_lab.machine import machine_line
+from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.cluster import (
     BALANCE_GOAL,
     BALANCE_TOLERANCE,
@@ -48,20 +49,16 @@ NOTES = [
 ]
 
 
-def write_results(
+def write_cluster_results(
     out_dir: Path, rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
 ) -> tuple[Path, Path]:
     """Write ``cluster.json`` and ``cluster.md`` into ``out_dir``; return their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     data = {
         **meta,
         "rows": [asdict(r) for r in rows],
         "verdicts": [{**asdict(v), "met": v.met} for v in verdicts],
     }
-    json_path, md_path = out_dir / "cluster.json", out_dir / "cluster.md"
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
-    md_path.write_text(render_markdown(rows, verdicts, meta))
-    return json_path, md_path
+    return write_results(out_dir, "cluster", data, render_markdown(rows, verdicts, meta))
 
 
 def _pct(value: float) -> str:
@@ -81,8 +78,8 @@ def render_markdown(
         "# Cluster routing simulation",
         "",
         f"Command: `{meta['command']}`",
-        f"Machine: {meta['machine']} (a deterministic simulation: figures do not depend on it;"
-        f" wall time {meta['wall_s']:.0f} s{meta.get('load_note', '')}).",
+        f"Machine: {machine_line(meta['machine'])} (a deterministic simulation: the figures"
+        f" do not depend on the machine; wall time {meta['wall_s']:.0f} s).",
         f"Replica model: {meta['service']}.",
         "Fleet sizing per workload and N: cache blocks per replica = ceil(1.25 x distinct blocks"
         " / N); time scale = compression that keeps prefill servers "
@@ -208,7 +205,3 @@ def _two_choice_section(
         "",
     ]
     return lines
-
-
-def _mark(ok: bool) -> str:
-    return "yes" if ok else "no"

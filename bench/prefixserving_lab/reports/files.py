@@ -1,22 +1,14 @@
-"""Figures and files of the simulation benchmarks: quantiles and hit rates of request
-outcomes, ``<name>.json`` plus a short ``<name>.md`` table with the machine they ran on."""
+"""The results files every benchmark writes: ``NAME.json`` (the figures, NaN as null) and
+``NAME.md`` (the same as tables, with the machine line), and the cells of those tables."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from prefixserving_lab.models.cluster import Outcome
-from prefixserving_lab.runners.cluster import machine_description
-
-
-def machine() -> dict[str, object]:
-    """Cores, CPU model and load average (other jobs on the machine show up there)."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return {"description": machine_description(), "load_average_1m": round(load[0], 2)}
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -43,9 +35,17 @@ def fmt(value: object, digits: int = 3) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table of ``rows`` under ``header``, every cell through :func:`fmt`."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def rounded(value: object, digits: int = 4) -> object:
+    """A figure for a summary: floats rounded to ``digits``, NaN as None, the rest as is."""
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, digits)
+    return value
 
 
 def _finite(value: object) -> object:
@@ -59,11 +59,14 @@ def _finite(value: object) -> object:
     return value
 
 
-def write_results(out_dir: Path, name: str, payload: dict[str, object], markdown: str) -> Path:
-    """Write ``name.json`` and ``name.md`` into ``out_dir``; return the JSON path."""
+def write_results(
+    out_dir: Path, name: str, payload: dict[str, object], markdown: str
+) -> tuple[Path, Path]:
+    """Write ``name.json`` (``payload``, NaN and infinities as null, keys sorted) and
+    ``name.md`` into ``out_dir``; return both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.json"
+    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     text = json.dumps(_finite(payload), indent=2, sort_keys=True, allow_nan=False, default=str)
-    path.write_text(text + "\n")
-    (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n")
-    return path
+    json_path.write_text(text + "\n")
+    md_path.write_text(markdown.rstrip() + "\n")
+    return json_path, md_path

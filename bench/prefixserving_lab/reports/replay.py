@@ -14,16 +14,14 @@ Goals checked for ``peek`` (each row says met / missed / not run, with the figur
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from prefixserving_lab.machine import cpu_model
+from prefixserving_lab.machine import machine, machine_line
 from prefixserving_lab.models.schedulers.registry import BASELINE
+from prefixserving_lab.reports.files import write_results
 
 CANDIDATE = "peek"
 HIT_RATE_GOAL = 2.6
@@ -31,22 +29,6 @@ TTFT_P50_GOAL = 7.0
 CONTROL_TOLERANCE = 0.02
 OVERHEAD_GOAL = 1.10
 OVERHEAD_WAITING = 1000
-
-
-def machine_info() -> dict[str, Any]:
-    """Cores, CPU model, load average and versions of the machine running the benchmark."""
-    cpu = cpu_model()
-    try:
-        from vllm import __version__ as vllm_version
-    except ImportError:
-        vllm_version = "unknown"
-    return {
-        "cores": os.cpu_count(),
-        "cpu": cpu,
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "vllm": vllm_version,
-    }
 
 
 def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -193,19 +175,14 @@ def _goal(goal: str, scope: str, met: bool, detail: str) -> dict[str, Any]:
 
 def write(out_dir: Path, name: str, result: dict[str, Any]) -> tuple[Path, Path]:
     """Write ``<name>.json`` and ``<name>.md`` into ``out_dir``; return both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / f"{name}.json"
-    md_path = out_dir / f"{name}.md"
-    json_path.write_text(json.dumps(result, indent=2) + "\n")
-    md_path.write_text(markdown(result))
-    return json_path, md_path
+    return write_results(out_dir, name, result, markdown(result))
 
 
 def new_result(settings: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
     return {
         "benchmark": "replay",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
+        "machine": machine(),
         "settings": settings,
         "cost_model": cost,
         "workloads": [],
@@ -234,10 +211,9 @@ def markdown(result: dict[str, Any]) -> str:
         + ", ".join(f"{k}={v}" for k, v in result["settings"].get("options", {}).items())
         + ".",
         "",
-        f"Machine: {m['cores']} cores, {m['cpu']}, 1-minute load average {m['load_average_1m']} "
-        "at the start (other jobs were running on this shared machine; the figures below are "
-        "simulated seconds, which other jobs do not change; only the CPU-time overhead table "
-        f"is sensitive to them). Python {m['python']}, vLLM {m['vllm']}.",
+        f"Machine: {machine_line(m)}, at the start. The figures below are simulated seconds,"
+        " which other jobs on the machine do not change; only the CPU-time overhead table is"
+        " sensitive to them.",
         "",
         f"Cost model per step: {cost['base_s'] * 1e3:.3f} ms + "
         f"{cost['prefill_token_s'] * 1e6:.3f} us/prefill token + "

@@ -25,11 +25,9 @@ policy that buys hit rate with worse balance than both is not a like-for-like ri
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from prefixserving_lab.machine import cpu_model
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim
 from prefixserving_lab.models.peer_routers import make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
@@ -239,7 +237,3 @@ def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
 def _comparable(ours: RunRow, other: RunRow) -> bool:
     """Whether ``other`` is balanced well enough to be compared with ours on hit rate."""
     return other.max_mean_requests <= max(ours.max_mean_requests + BALANCE_TOLERANCE, BALANCE_GOAL)
-
-
-def machine_description() -> str:
-    return f"{os.cpu_count()} cores, {cpu_model()}"

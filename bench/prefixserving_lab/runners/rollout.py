@@ -11,7 +11,6 @@ Deterministic; cost: one cluster simulation per run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -19,7 +18,7 @@ from prefixserving.router.policies.registry import make_policy
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.rollout import RollingUpdate, RolloutSetup
-from prefixserving_lab.reports.files import hit_rate, quantile
+from prefixserving_lab.reports.files import hit_rate, quantile, rounded
 from prefixserving_lab.workloads.traces import TraceRequest
 
 MODES = ("steady", "cold", "warmed")
@@ -39,13 +38,7 @@ class RolloutOutcome:
     requests: int
 
     def summary(self) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if isinstance(value, float):
-                value = None if math.isnan(value) else round(value, 4)
-            out[name] = value
-        return out
+        return {name: rounded(getattr(self, name)) for name in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True, slots=True)

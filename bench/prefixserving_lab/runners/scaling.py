@@ -23,7 +23,6 @@ Deterministic; cost: one cluster simulation per run (seconds for tens of thousan
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +32,7 @@ from prefixserving.router.policies.registry import make_policy
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Outcome
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.scaling import SIGNAL_SETS, HpaLoop, ScalingSetup, SyncRecord
-from prefixserving_lab.reports.files import hit_rate, quantile
+from prefixserving_lab.reports.files import hit_rate, quantile, rounded
 from prefixserving_lab.workloads.traces import TraceRequest
 
 BURST_TAIL_S = 120.0
@@ -67,7 +66,7 @@ class ScalingOutcome:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if name != "syncs":
-                out[name] = _round(value)
+                out[name] = rounded(value)
         return out
 
 
@@ -148,12 +147,6 @@ def _outcome(
         peak_replicas=max((s.desired for s in loop.syncs), default=setup.min_replicas),
         syncs=tuple(loop.syncs),
     )
-
-
-def _round(value: object) -> object:
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 4)
-    return value
 
 
 def fresh_outcomes(

@@ -16,15 +16,15 @@ Writes ``demo.json``, ``demo.md`` and ``demo.png`` to the output folder.
 from __future__ import annotations
 
 import asyncio
-import json
-import platform
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from prefixserving_lab.machine import cpu_model
+from prefixserving_lab.machine import machine, machine_line
+from prefixserving_lab.reports.demo import chart, markdown
+from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.client import RequestResult, TimedRequest, replay
 from prefixserving_lab.runners.stack.engines import Engine, sum_metric
 from prefixserving_lab.runners.stack.local import StackConfig, running_stack
@@ -128,78 +128,16 @@ def stacks(workload: DemoWorkload) -> list[StackConfig]:
     ]
 
 
-def markdown(results: list[StackResult], machine: str) -> str:
-    ours, base = results
-    lines = [
-        f"Machine: {machine}",
-        "",
-        "| stack | scheduler | router | warm-up | hit rate | TTFT p50 (s) | TTFT p99 (s) "
-        "| throughput (req/s) | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.stack} | {r.scheduler} | {r.router_policy} | {'yes' if r.warmup else 'no'} "
-            f"| {r.hit_rate:.3f} | {r.ttft_p50_s:.3f} | {r.ttft_p99_s:.3f} "
-            f"| {r.throughput_rps:.2f} | {r.errors} |"
-        )
-    lines += [
-        "",
-        "Ratios (prefixserving / baseline): "
-        f"hit rate {ours.hit_rate / max(base.hit_rate, 1e-9):.2f}x, "
-        f"TTFT p50 {ours.ttft_p50_s / base.ttft_p50_s:.2f}x, "
-        f"TTFT p99 {ours.ttft_p99_s / base.ttft_p99_s:.2f}x, "
-        f"throughput {ours.throughput_rps / max(base.throughput_rps, 1e-9):.2f}x.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def chart(results: list[StackResult], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r.stack for r in results]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
-    panels = [
-        ("prefix-cache hit rate", [r.hit_rate for r in results]),
-        ("TTFT p50 (s)", [r.ttft_p50_s for r in results]),
-        ("TTFT p99 (s)", [r.ttft_p99_s for r in results]),
-    ]
-    for ax, (title, values) in zip(axes, panels, strict=True):
-        ax.bar(names, values, color=["#2a7", "#999"])
-        ax.set_title(title)
-        for i, v in enumerate(values):
-            ax.annotate(f"{v:.2f}", (i, v), ha="center", va="bottom")
-    fig.suptitle("PrefixServing vs baseline: same engines, same workload")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def machine_description() -> str:
-    import os
-
-    return f"{os.cpu_count()} cores, {cpu_model()}, {platform.system()} {platform.release()}"
-
-
 def run_demo(out_dir: Path, workload: DemoWorkload) -> list[StackResult]:
     """Run both stacks, write demo.json, demo.md and demo.png; return the results."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    record = machine()
     results = [run_stack(config, workload) for config in stacks(workload)]
-    machine = machine_description()
-    (out_dir / "demo.json").write_text(
-        json.dumps(
-            {
-                "machine": machine,
-                "workload": asdict(workload),
-                "stacks": [asdict(r) for r in results],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (out_dir / "demo.md").write_text(markdown(results, machine))
+    payload = {
+        "benchmark": "demo",
+        "machine": record,
+        "workload": asdict(workload),
+        "stacks": [asdict(r) for r in results],
+    }
+    write_results(out_dir, "demo", payload, markdown(results, machine_line(record)))
     chart(results, out_dir / "demo.png")
     return results

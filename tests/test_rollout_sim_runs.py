@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from prefixserving_lab.models.cluster import hit_rate
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.models.rollout import RolloutSetup
-from prefixserving_lab.reports.files import hit_rate
 from prefixserving_lab.runners.rollout import RolloutRun, compare, run_rollout
 from prefixserving_lab.runners.scaling import fresh_outcomes
 from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress

@@ -38,6 +38,7 @@ from prefixserving.router.policies.base import (
 )
 from prefixserving.router.policies.ranking import mix64
 from prefixserving_lab.models.replica import Job, Replica, ReplicaStats, ServiceModel
+from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.blocks import chain_block_ids
 from prefixserving_lab.workloads.traces import TraceRequest
 
@@ -111,17 +112,21 @@ class ClusterResult:
         return sum(o.hit_tokens for o in self.outcomes) / total if total else 0.0
 
     def ttft_quantile(self, q: float) -> float:
-        """TTFT quantile over served requests (nearest rank); NaN if none was served."""
-        values = sorted(o.ttft_s for o in self.outcomes if o.ttft_s is not None)
-        if not values:
-            return float("nan")
-        return values[min(len(values) - 1, max(0, round(q * len(values)) - 1))]
+        """TTFT quantile over served requests (:func:`prefixserving_lab.stats.quantile`); NaN
+        if none was served."""
+        return quantile((o.ttft_s for o in self.outcomes if o.ttft_s is not None), q)
 
     def max_mean(self, attribute: str = "routed") -> float:
         """Largest per-replica total of ``attribute`` over the mean (1.0 = perfectly even)."""
         values = [getattr(s, attribute) for s in self.replicas.values()]
         mean = sum(values) / len(values) if values else 0.0
         return max(values) / mean if mean else 1.0
+
+
+def hit_rate(outcomes: Sequence[Outcome]) -> float:
+    """Cached prompt tokens over prompt tokens of ``outcomes``; NaN for none."""
+    total = sum(o.input_tokens for o in outcomes)
+    return sum(o.hit_tokens for o in outcomes) / total if total else float("nan")
 
 
 class _Kind(enum.IntEnum):

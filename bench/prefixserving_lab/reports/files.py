@@ -8,22 +8,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from prefixserving_lab.models.cluster import Outcome
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile (as ``ClusterResult.ttft_quantile``); NaN for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
-def hit_rate(outcomes: Sequence[Outcome]) -> float:
-    """Cached prompt tokens over prompt tokens of ``outcomes``; NaN for none."""
-    total = sum(o.input_tokens for o in outcomes)
-    return sum(o.hit_tokens for o in outcomes) / total if total else float("nan")
-
 
 def fmt(value: object, digits: int = 3) -> str:
     """A table cell: floats rounded, None and NaN as a dash."""

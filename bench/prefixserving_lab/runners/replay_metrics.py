@@ -4,8 +4,9 @@
   tokens; ``vllm_hit_rate``: the same from vLLM's own prefix-cache counters (hits / queries
   of non-preempted admissions); the two must agree (``hit_rate_matches_vllm``).
 - ``prefill_tokens``: prompt tokens computed, recomputation after preemption included.
-- TTFT percentiles (simulated seconds, linear interpolation) over all requests and over the
-  requests that share nothing (``cold_*``; absent when a workload has none).
+- TTFT percentiles (simulated seconds, :func:`prefixserving_lab.stats.quantile`) over all
+  requests and over the requests that share nothing (``cold_*``; absent when a workload has
+  none).
 - ``throughput_rps`` / ``output_tokens_per_s``: finished requests and output tokens per
   simulated second, from the first arrival to the last finish.
 - ``longest_sibling_wait_s``: from the policy's own stats when it reports one.
@@ -14,21 +15,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from prefixserving_lab.stats import quantile
 
-from prefixserving_lab.runners.replay import ReplayRun
+if TYPE_CHECKING:  # the replay imports vLLM; these figures need only its records
+    from prefixserving_lab.runners.replay import ReplayRun
 
 SIBLING_WAIT_KEYS = ("longest_sibling_wait_s", "max_sibling_wait_s")
 
 
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:
-    """``{"p50": ..., ...}`` of ``values`` (empty dict when there are none)."""
+    """``{"p50": ..., ...}`` of ``values``, rounded to 4 digits (empty dict when there are
+    none)."""
     if not values:
         return {}
-    points = np.percentile(np.asarray(values, dtype=float), list(qs))
-    return {f"p{q}": round(float(v), 4) for q, v in zip(qs, points, strict=True)}
+    return {f"p{q}": round(quantile(values, q / 100), 4) for q in qs}
 
 
 def summarize(run: ReplayRun) -> dict[str, Any]:

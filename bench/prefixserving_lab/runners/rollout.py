@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from prefixserving.router.policies.registry import make_policy
-from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim
+from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, hit_rate
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.rollout import RollingUpdate, RolloutSetup
-from prefixserving_lab.reports.files import hit_rate, quantile, rounded
+from prefixserving_lab.reports.files import rounded
+from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.traces import TraceRequest
 
 MODES = ("steady", "cold", "warmed")

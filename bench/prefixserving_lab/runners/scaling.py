@@ -29,10 +29,17 @@ from dataclasses import dataclass, replace
 
 from prefixserving.autoscaling.hpa import Autoscaler
 from prefixserving.router.policies.registry import make_policy
-from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Outcome
+from prefixserving_lab.models.cluster import (
+    ClusterConfig,
+    ClusterResult,
+    ClusterSim,
+    Outcome,
+    hit_rate,
+)
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.scaling import SIGNAL_SETS, HpaLoop, ScalingSetup, SyncRecord
-from prefixserving_lab.reports.files import hit_rate, quantile, rounded
+from prefixserving_lab.reports.files import rounded
+from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.traces import TraceRequest
 
 BURST_TAIL_S = 120.0

@@ -16,7 +16,6 @@ Writes ``demo.json``, ``demo.md`` and ``demo.png`` to the output folder.
 from __future__ import annotations
 
 import asyncio
-import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.client import RequestResult, TimedRequest, replay
 from prefixserving_lab.runners.stack.engines import Engine, sum_metric
 from prefixserving_lab.runners.stack.local import StackConfig, running_stack
+from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.prompts import shared_prefix_chat, system_prompts
 
 
@@ -73,14 +73,6 @@ class StackResult:
     duration_s: float
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q) - 1]
-
-
 def _prefix_counters(engines: list[Engine]) -> tuple[float, float]:
     texts = [engine.metrics_text() for engine in engines]
     hits = sum(sum_metric(t, "vllm:prefix_cache_hits_total") for t in texts)
@@ -109,8 +101,8 @@ def run_stack(config: StackConfig, workload: DemoWorkload) -> StackResult:
         requests=len(results),
         errors=len(results) - len(ok),
         hit_rate=(hits1 - hits0) / max(queries1 - queries0, 1.0),
-        ttft_p50_s=_percentile(ttfts, 50),
-        ttft_p99_s=_percentile(ttfts, 99),
+        ttft_p50_s=quantile(ttfts, 0.5),
+        ttft_p99_s=quantile(ttfts, 0.99),
         throughput_rps=len(ok) / duration if duration else 0.0,
         duration_s=duration,
     )

@@ -15,7 +15,7 @@ from prefixserving_lab.machine import machine
 from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.reports.cluster import write_cluster_results
-from prefixserving_lab.runners.cluster import Workload, run_bench, verdicts
+from prefixserving_lab.runners.cluster import BALANCE_GOAL, Workload, run_bench, verdicts
 from prefixserving_lab.workloads.blocks import SharedPrefixGroups
 from prefixserving_lab.workloads.traces import (
     MOONCAKE_FILE,
@@ -107,7 +107,8 @@ def _policy_names(values: tuple[str, ...]) -> list[str]:
     "--cache-blocks",
     type=click.IntRange(1),
     default=None,
-    help="KV blocks per replica. Default: per N, 1.25 x the workload's distinct blocks / N.",
+    help=f"KV blocks per replica. Default: per N, {BALANCE_GOAL} x the workload's distinct "
+    "blocks / N.",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Use the first N requests.")
 @click.option(

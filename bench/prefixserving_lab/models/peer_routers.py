@@ -55,6 +55,9 @@ from prefixserving.router.policies.registry import make_policy
 
 @dataclass(frozen=True, slots=True)
 class KubeaiChwblConfig:
+    """KubeAI's own defaults (its load factor happens to equal our router's load bound; it
+    is KubeAI's figure, not ours, and does not follow ours)."""
+
     virtual_nodes: int = 256
     load_factor: float = 1.25
 

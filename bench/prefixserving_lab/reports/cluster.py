@@ -81,8 +81,8 @@ def render_markdown(
         f"Machine: {machine_line(meta['machine'])} (a deterministic simulation: the figures"
         f" do not depend on the machine; wall time {meta['wall_s']:.0f} s).",
         f"Replica model: {meta['service']}.",
-        "Fleet sizing per workload and N: cache blocks per replica = ceil(1.25 x distinct blocks"
-        " / N); time scale = compression that keeps prefill servers "
+        f"Fleet sizing per workload and N: cache blocks per replica = ceil({BALANCE_GOAL} x"
+        " distinct blocks / N); time scale = compression that keeps prefill servers "
         f"{_pct(meta['utilization'])} busy at the ideal hit rate (explicit values override).",
         "Hit rate: share of prompt tokens served from cache; ideal: one unbounded cache."
         " Max/mean: requests per replica (prefill seconds per replica in brackets)."

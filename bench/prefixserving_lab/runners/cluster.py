@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from prefixserving import constants
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim
 from prefixserving_lab.models.peer_routers import make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
@@ -37,7 +38,8 @@ from prefixserving_lab.workloads.traces import TraceRequest
 OURS = "prefix_affinity"
 CHALLENGER = "two_choice"
 HIT_GOAL = 0.95
-BALANCE_GOAL = 1.25
+# The goal's balance is the router's own load bound: max/mean at most that.
+BALANCE_GOAL = constants.ROUTER_LOAD_BOUND
 BALANCE_TOLERANCE = 0.02
 
 

@@ -68,7 +68,7 @@ class RouterSettings:
     backends: tuple[str, ...] = ()
     dns: str | None = None
     policy: str = DEFAULT_POLICY.replace("_", "-")
-    load_bound: float = 1.25
+    load_bound: float = constants.ROUTER_LOAD_BOUND
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
     block_chars: int = DEFAULT_BLOCK_CHARS
     model: str | None = None

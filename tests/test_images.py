@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from prefixserving.api.validation import parse_scaling_policy
 from prefixserving.render import render_children
 from prefixserving.render.environment import TEMPLATES_ENV, TemplatesMissingError, load_templates
 from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
 from render_examples import EXAMPLES, rendered, resource_examples
 from support.dockerfile_replay import (
     BuildFailed,
@@ -254,12 +254,6 @@ def test_operator_image_renders_every_example(
     assert list(yaml.safe_load_all(result.stdout)) == expected
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process) -> httpx.Response:
     """``GET /readyz`` until it answers 200 (the router found its backend healthy)."""
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -276,7 +270,7 @@ async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process)
 @pytest.mark.slow
 async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None:
     engine = FakeEngine(name="e0")
-    port = _free_port()
+    port = free_port()
     async with serving(fake_engine_config(engine)) as backend:
         args = ["--host", "127.0.0.1", "--port", str(port), "--backend", backend]
         process = await asyncio.create_subprocess_exec(

@@ -20,7 +20,7 @@ from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.server import build_app
 from prefixserving.warmup.state import WarmupState
 from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
-from prefixserving_lab.runners.stack.engines import free_port
+from prefixserving_lab.runners.stack.processes import free_port
 from prefixserving_lab.testing import wait_for_async
 from support.processes import wait_for_answer
 

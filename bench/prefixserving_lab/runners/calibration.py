@@ -4,12 +4,14 @@ real vLLM engine.
 Measurements, against an OpenAI-compatible engine taking token-id prompts (every prompt is
 unique, so nothing hits the prefix cache):
 
-- prefill: one request at a time, ``max_tokens=1``, prompt lengths ``PREFILL_LENGTHS``; the
-  latency is one step of ``prefill_tokens = L`` (plus the HTTP round trip, which lands in
-  ``base_s``);
-- decode: ``B`` concurrent streamed requests (``DECODE_BATCHES``) with short prompts, and one
-  request with a long prompt (``LONG_CONTEXT``); the mean gap between streamed tokens after
+- prefill: one request at a time, ``max_tokens=1``, at each of the plan's prompt lengths
+  (:class:`CalibrationPlan`); its latency is one step of ``prefill_tokens = L`` (plus the HTTP
+  round trip, which lands in ``base_s``);
+- decode: ``B`` concurrent streamed requests (each of the plan's batch sizes) with short
+  prompts, and one request with a long prompt; the median gap between streamed tokens after
   the first is one step of ``decode_seqs = B`` and ``context_tokens = B * mean context``.
+
+Requests go through the lab's streaming client (:mod:`prefixserving_lab.runners.client`).
 
 :func:`fit` solves the least-squares problem ``step_s = base_s + prefill_token_s * P +
 decode_seq_s * D + context_token_s * C`` over all points in *relative* error (each row is
@@ -20,9 +22,7 @@ coefficients clamped at zero.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,14 +31,23 @@ import httpx
 import numpy as np
 
 from prefixserving_lab.models.cost import CostModel, StepShape
+from prefixserving_lab.runners.client import RequestResult, send_streaming
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.workloads.prompts import COMPLETIONS_PATH, TimedRequest, token_ids
 
-PREFILL_LENGTHS = (256, 1024, 2048, 4096)
-DECODE_BATCHES = (1, 4, 16)
-DECODE_PROMPT = 128
-DECODE_TOKENS = 48
-LONG_CONTEXT = 4096
-REPEATS = 1
-VOCAB = 32000
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPlan:
+    """What to measure: prefill at ``prefill_lengths``; decode of ``decode_tokens`` tokens at
+    ``decode_batches`` concurrent requests with ``decode_prompt``-token prompts, and of one
+    request with a ``long_context``-token prompt; ``repeats`` passes of all of it."""
+
+    prefill_lengths: tuple[int, ...] = (256, 1024, 2048, 4096)
+    decode_batches: tuple[int, ...] = (1, 4, 16)
+    decode_prompt: int = 128
+    decode_tokens: int = 48
+    long_context: int = 4096
+    repeats: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,60 +72,53 @@ def fit(points: Sequence[Point], source: str) -> CostModel:
     return CostModel(base, prefill, decode, context, source=source)
 
 
-class _Client:
-    def __init__(self, url: str, model: str) -> None:
-        self.url = url.rstrip("/") + "/v1/completions"
+class _Engine:
+    """Unique token-id prompts to one engine, through the lab's streaming client."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, model: str) -> None:
+        self.client = client
+        self.url = url.rstrip("/")
         self.model = model
         self.rng = random.Random(1234)
 
-    def prompt(self, n: int) -> list[int]:
-        return [self.rng.randrange(1, VOCAB) for _ in range(n)]
-
-    async def latency_s(self, client: httpx.AsyncClient, n: int) -> float:
-        body = {"model": self.model, "prompt": self.prompt(n), "max_tokens": 1, "ignore_eos": True}
-        start = time.perf_counter()
-        response = await client.post(self.url, json=body)
-        response.raise_for_status()
-        return time.perf_counter() - start
-
-    async def token_gaps_s(self, client: httpx.AsyncClient, n: int, tokens: int) -> list[float]:
+    async def send(self, prompt_tokens: int, max_tokens: int) -> RequestResult:
         body = {
             "model": self.model,
-            "prompt": self.prompt(n),
-            "max_tokens": tokens,
+            "prompt": token_ids(self.rng, prompt_tokens),
+            "max_tokens": max_tokens,
             "ignore_eos": True,
-            "stream": True,
         }
-        stamps: list[float] = []
-        async with client.stream("POST", self.url, json=body) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    stamps.append(time.perf_counter())
-        return [b - a for a, b in itertools.pairwise(stamps[1:])]
+        result = await send_streaming(
+            self.client, self.url, TimedRequest(0.0, COMPLETIONS_PATH, body)
+        )
+        if not result.ok:
+            raise RuntimeError(f"the engine failed a calibration request: {result.error}")
+        return result
 
 
-async def _measure(url: str, model: str, log: Callable[[str], None]) -> list[Point]:
-    c = _Client(url, model)
+async def _measure(
+    url: str, model: str, plan: CalibrationPlan, log: Callable[[str], None]
+) -> list[Point]:
     points = _LoggedPoints(log)
-    async with httpx.AsyncClient(timeout=600) as client:
-        await c.latency_s(client, 64)  # warm-up
-        for _ in range(REPEATS):
-            for n in PREFILL_LENGTHS:
-                points.append(
-                    Point("prefill", StepShape(prefill_tokens=n), await c.latency_s(client, n))
+    async with httpx.AsyncClient(timeout=600, trust_env=False) as client:
+        engine = _Engine(client, url, model)
+        await engine.send(64, 1)  # warm-up
+        for _ in range(plan.repeats):
+            for n in plan.prefill_lengths:
+                result = await engine.send(n, 1)
+                points.append(Point("prefill", StepShape(prefill_tokens=n), result.latency_s))
+            for batch in plan.decode_batches:
+                results = await asyncio.gather(
+                    *(engine.send(plan.decode_prompt, plan.decode_tokens) for _ in range(batch))
                 )
-            for batch in DECODE_BATCHES:
-                gaps_per_request = await asyncio.gather(
-                    *(c.token_gaps_s(client, DECODE_PROMPT, DECODE_TOKENS) for _ in range(batch))
-                )
-                gaps = [g for per in gaps_per_request for g in per]
-                context = batch * (DECODE_PROMPT + DECODE_TOKENS // 2)
+                gaps = [g for r in results for g in r.token_gaps_s()]
+                context = batch * (plan.decode_prompt + plan.decode_tokens // 2)
                 shape = StepShape(decode_seqs=batch, context_tokens=context)
-                points.append(Point("decode", shape, float(np.median(gaps))))
-            gaps = await c.token_gaps_s(client, LONG_CONTEXT, DECODE_TOKENS)
-            shape = StepShape(decode_seqs=1, context_tokens=LONG_CONTEXT + DECODE_TOKENS // 2)
-            points.append(Point("long-context decode", shape, float(np.median(gaps))))
+                points.append(Point("decode", shape, quantile(gaps, 0.5)))
+            result = await engine.send(plan.long_context, plan.decode_tokens)
+            context = plan.long_context + plan.decode_tokens // 2
+            shape = StepShape(decode_seqs=1, context_tokens=context)
+            points.append(Point("long-context decode", shape, quantile(result.token_gaps_s(), 0.5)))
     return list(points)
 
 
@@ -145,10 +147,15 @@ def points_from_json(raw: Sequence[dict[str, Any]]) -> list[Point]:
 
 
 def calibrate(
-    url: str, model: str, source: str, log: Callable[[str], None] = print
+    url: str,
+    model: str,
+    source: str,
+    plan: CalibrationPlan | None = None,
+    log: Callable[[str], None] = print,
 ) -> tuple[CostModel, list[dict[str, Any]]]:
-    """Measure the engine at ``url`` and fit; return the model and the raw points."""
-    points = asyncio.run(_measure(url, model, log))
+    """Measure the engine at ``url`` by ``plan`` (default: :class:`CalibrationPlan`) and fit;
+    return the model and the raw points."""
+    points = asyncio.run(_measure(url, model, plan or CalibrationPlan(), log))
     model_fit = fit(points, source)
     raw = [
         {

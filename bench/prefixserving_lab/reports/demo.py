@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+TITLE = "The local stack against a baseline stack (`prefixserving demo`)"
+
 if TYPE_CHECKING:
     from prefixserving_lab.runners.stack.demo import StackResult
 
@@ -14,6 +16,8 @@ def markdown(results: Sequence[StackResult], machine: str) -> str:
     """Both stacks as a table, their ratios, and ``machine`` (the machine line)."""
     ours, base = results
     lines = [
+        f"# {TITLE}",
+        "",
         f"Machine: {machine}",
         "",
         "| stack | scheduler | router | warm-up | hit rate | TTFT p50 (s) | TTFT p99 (s) "

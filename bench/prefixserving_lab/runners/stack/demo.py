@@ -115,25 +115,30 @@ def run_stack(config: StackConfig, workload: DemoWorkload) -> StackResult:
     )
 
 
-def stacks(workload: DemoWorkload) -> list[StackConfig]:
+def stacks(workload: DemoWorkload, engines: int = 2) -> list[StackConfig]:
+    """PrefixServing's stack and the baseline's, ``engines`` engines each."""
     return [
         StackConfig(
             name="prefixserving",
             scheduler="peek",
             router_policy="prefix-affinity",
+            engines=engines,
             warmup_prompts=workload.warmup_prompts(),
         ),
-        StackConfig(name="baseline", scheduler="fcfs", router_policy="round-robin"),
+        StackConfig(
+            name="baseline", scheduler="fcfs", router_policy="round-robin", engines=engines
+        ),
     ]
 
 
-def run_demo(out_dir: Path, workload: DemoWorkload) -> list[StackResult]:
+def run_demo(out_dir: Path, workload: DemoWorkload, engines: int = 2) -> list[StackResult]:
     """Run both stacks, write demo.json, demo.md and demo.png; return the results."""
     record = machine()
-    results = [run_stack(config, workload) for config in stacks(workload)]
+    results = [run_stack(config, workload) for config in stacks(workload, engines)]
     payload = {
         "benchmark": "demo",
         "machine": record,
+        "engines": engines,
         "workload": asdict(workload),
         "stacks": [asdict(r) for r in results],
     }

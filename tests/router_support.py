@@ -10,7 +10,6 @@ import httpx
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
@@ -19,6 +18,7 @@ from prefixserving.router.policies.base import (
 )
 from prefixserving.router.prefix_hashing import KeyConfig
 from prefixserving.router.server import uvicorn_config
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
 
 FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -18,8 +17,9 @@ from click.testing import CliRunner
 
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config
+from prefixserving_lab.runners.stack.processes import free_port
+from prefixserving_lab.testing import wait_for
 from support.processes import wait_for_answer
 
 FLAGS = (
@@ -64,15 +64,9 @@ def test_json_log_lines() -> None:
     assert line["level"] == "warning" and line["msg"] == "ejected x"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_router_process_serves_health_and_readiness() -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [
@@ -114,7 +108,7 @@ def test_router_process_serves_health_and_readiness() -> None:
 @contextlib.contextmanager
 def _engine_in_thread(engine: FakeEngine) -> Iterator[str]:
     """A fake engine served by uvicorn in a background thread (the router is a subprocess)."""
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(fake_engine_config(engine, port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -148,7 +142,7 @@ def _worker_pids(parent: int) -> list[int]:
 @pytest.mark.slow
 def test_workers_share_the_port_and_stop_together() -> None:
     engine = FakeEngine(name="e0")
-    port = _free_port()
+    port = free_port()
     with _engine_in_thread(engine) as url:
         command = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
         command += ["--port", str(port), "--backend", url, "--workers", "2"]

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from prefixserving import constants
-from prefixserving.api import defaults
 from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from prefixserving.router.prefix_hashing import (
     DEFAULT_BLOCK_CHARS,
@@ -73,7 +72,7 @@ class RouterSettings:
     backends: tuple[str, ...] = ()
     dns: str | None = None
     policy: str = DEFAULT_POLICY.replace("_", "-")
-    load_bound: float = defaults.ROUTER_LOAD_BOUND
+    load_bound: float = constants.ROUTER_LOAD_BOUND
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
     block_chars: int = DEFAULT_BLOCK_CHARS
     model: str | None = None

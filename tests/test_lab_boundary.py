@@ -1,6 +1,7 @@
 """The product ships only the product: ``prefixserving`` never imports the lab
-(``prefixserving_lab``, ``bench/``) except through the CLI's table of lab commands, which says
-how to install the lab where it is missing. ``test_images.py`` checks that no image holds it."""
+(``prefixserving_lab``, ``bench/``); the lab registers its commands in an entry-point group
+that the CLI loads, and where the lab is missing the CLI says how to install it.
+``test_images.py`` checks that no image holds it."""
 
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 import prefixserving
-from prefixserving import cli
-from prefixserving.cli import BENCH_COMMANDS, COMMANDS, LAB_INSTALL, LAB_PACKAGE, LabMissing, main
+from prefixserving.cli import LAB_COMMANDS, LAB_INSTALL, LAB_PACKAGE, LabMissing, main
 
 PACKAGE = Path(prefixserving.__file__).parent
 MINIMAL = Path(__file__).resolve().parents[1] / "examples" / "minimal.yaml"
 # Every command line of the lab, each with arguments it would refuse or run for long.
-LAB_COMMANDS = [
+LAB_COMMAND_LINES = [
     ["bench", "replay", "--scale", "1"],
     ["bench", "cluster", "--replicas", "4"],
     ["bench", "scaling", "--help"],
@@ -46,7 +46,7 @@ def test_no_product_module_imports_the_lab() -> None:
     assert importing == []
 
 
-def test_only_the_cli_table_names_the_lab() -> None:
+def test_only_the_cli_names_the_lab_package() -> None:
     naming = [
         str(path.relative_to(PACKAGE))
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -55,16 +55,17 @@ def test_only_the_cli_table_names_the_lab() -> None:
     assert naming == ["cli.py"]
 
 
-def test_every_lab_command_of_the_table_loads_in_a_dev_install() -> None:
-    groups = [(main, COMMANDS), (cli.bench, BENCH_COMMANDS)]
+def test_every_lab_command_loads_from_its_entry_point_in_a_dev_install() -> None:
+    from prefixserving_lab.cli import BENCH_COMMANDS, bench
+
     loaded = [
         name
-        for group, table in groups
-        for name, (target, _) in table.items()
-        if target.startswith(f"{LAB_PACKAGE}.")
-        and not isinstance(group.get_command(click.Context(group), name), LabMissing)
+        for name in LAB_COMMANDS
+        if not isinstance(main.get_command(click.Context(main), name), LabMissing)
     ]
-    assert loaded == ["stack", "demo", "replay", "cluster", "scaling", "rollout"]
+    assert loaded == list(LAB_COMMANDS)
+    for name in BENCH_COMMANDS:
+        assert isinstance(bench.get_command(click.Context(bench), name), click.Command)
 
 
 class _NotInstalled(importlib.abc.MetaPathFinder):
@@ -85,7 +86,7 @@ def without_the_lab(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("without_the_lab")
-@pytest.mark.parametrize("argv", LAB_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("argv", LAB_COMMAND_LINES, ids=" ".join)
 def test_a_lab_command_without_the_lab_says_how_to_install_it(argv: list[str]) -> None:
     result = CliRunner().invoke(main, argv, prog_name="prefixserving")
     assert result.exit_code == 2, result.output
@@ -101,6 +102,6 @@ def test_the_product_commands_and_help_work_without_the_lab() -> None:
     listed = CliRunner().invoke(main, ["--help"])
     assert listed.exit_code == 0 and "bench" in listed.output and "demo" in listed.output
     bench = CliRunner().invoke(main, ["bench", "--help"])
-    assert bench.exit_code == 0 and LAB_INSTALL in " ".join(bench.output.split())
+    assert bench.exit_code == 2 and LAB_INSTALL in " ".join(bench.output.split())
     rendered = CliRunner().invoke(main, ["render", "-f", str(MINIMAL)])
     assert rendered.exit_code == 0, rendered.output

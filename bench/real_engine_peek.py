@@ -27,7 +27,7 @@ a second, and only while it runs, so before and after a round the benchmark send
 requests (they share nothing) until the snapshot is current. The hit rate one
 unbounded cache reaches (every prefix computed once) is given too.
 
-Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 10 minutes on 2 busy cores).
+Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 5 minutes on 2 cores).
 Writes ``<--name>.json`` and ``.md`` (``real-engine-peek``) to ``--out-dir``
 (``bench/results``). The default rate (6 req/s) is above what two CPU cores prefill, so a
 queue forms and the order matters; ``--rate-rps 2 --name real-engine-peek-2rps`` is the

@@ -302,9 +302,14 @@ for _name in _BASE_SHARING:
 SHARING = tuple(name for name in STANDARD if name not in (*CONTROL, "real-check"))
 # The load sweep: each workload of SWEEP at each load (x the estimated capacity). The trace's
 # 4x and 16x compressions are load points of mooncake-1x, so the sweep keeps only that one.
+# Ordered cheapest first (the control, the plain workloads, then the header variants, 16-token
+# blocks last), so a run stopped early still has every kind of workload.
 SWEEP_LOADS = (0.5, 0.8, 1.0, 1.2)
-SWEEP = tuple(
-    name for name in (*SHARING, *CONTROL) if not name.startswith(("mooncake-4x", "mooncake-16x"))
+_SWEEP_BASE = tuple(n for n in _BASE_SHARING if n not in ("mooncake-4x", "mooncake-16x"))
+SWEEP = (
+    *CONTROL,
+    *_SWEEP_BASE,
+    *(f"{n}+hdr{size}" for size in reversed(HEADER_BLOCK_SIZES) for n in _SWEEP_BASE),
 )
 
 

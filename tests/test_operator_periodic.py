@@ -167,3 +167,27 @@ def test_is_active_applies_kopfs_rule_to_live_peers() -> None:
     assert not is_active({"older": peer(3)}, 5, now)  # not registered yet
     assert not is_active({}, 5, now)
     assert not is_active(None, 5, now)  # the peering object is missing
+
+
+def test_the_gate_reads_the_cluster_peering_or_one_per_watched_namespace() -> None:
+    from prefixserving.controller import activity
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.gets: list[tuple[str, str | None, str]] = []
+
+        def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+            self.gets.append((kind.kind, namespace, name))
+            return None if namespace == "gone" else {"status": {"me": {"priority": 1}}}
+
+    kube = Recorder()
+    cluster = activity.peering_statuses(kube, Settings(peering="ha"))  # type: ignore[arg-type]
+    assert kube.gets == [("ClusterKopfPeering", None, "ha")] and cluster == [
+        {"me": {"priority": 1}}
+    ]
+    kube.gets.clear()
+    namespaced = Settings(peering="ha", namespaces=("llm", "gone"))
+    assert activity.peering_statuses(kube, namespaced) == [{"me": {"priority": 1}}, None]  # type: ignore[arg-type]
+    assert kube.gets == [("KopfPeering", "llm", "ha"), ("KopfPeering", "gone", "ha")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        assert activity.ActivityGate.for_operator(kube, Settings(), 1, executor) is None  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """Active-passive HA as the chart runs it (``--peering``, no ``--priority``): two operators on
-one emulator, registered in one ClusterKopfPeering. Exactly one reconciles; the paused one's
+one emulator, registered in the peering object the chart creates (one ClusterKopfPeering, or
+a KopfPeering in the watched namespace). Exactly one reconciles; the paused one's
 periodic jobs make no requests; when the active one stops, the other takes over.
 
 Each operator has its own kubeconfig token, so the emulator's request log says which one made
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import kmock
 import pytest
 
-from prefixserving.kinds import KINDS
+from prefixserving.kinds import KINDS, Kind
 from prefixserving_lab.testing import prefixserving_body as resource
 from prefixserving_lab.testing import wait_for
 from support.kube_emulator import resources
@@ -23,7 +25,6 @@ from support.operator_harness import Harness
 
 PEERING = "prefixserving-operator"  # the chart's peering.name
 NAMESPACE = "t-ha"
-CLUSTER_PEERING = KINDS[("kopf.dev/v1", "ClusterKopfPeering")]
 
 
 class Records(logging.Handler):
@@ -51,14 +52,44 @@ class Records(logging.Handler):
         return any(text in message for message in self.messages)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """How the chart runs the operator: cluster-wide, or with watchNamespaces."""
+
+    peering: Kind  # the peering object the chart creates
+    peering_namespace: str | None
+    flags: tuple[str, ...]  # kopf's scope flags (the chart: --all-namespaces / --namespace)
+    env: dict[str, str]
+
+
+SCOPES = {
+    "cluster-wide": Scope(
+        KINDS[("kopf.dev/v1", "ClusterKopfPeering")], None, ("--all-namespaces",), {}
+    ),
+    "namespaced": Scope(
+        KINDS[("kopf.dev/v1", "KopfPeering")],
+        NAMESPACE,
+        ("--namespace", NAMESPACE),
+        {"PREFIXSERVING_NAMESPACES": NAMESPACE},
+    ),
+}
+
+
+@pytest.fixture(params=sorted(SCOPES))
+def scope(request: pytest.FixtureRequest) -> Scope:
+    return SCOPES[request.param]
+
+
 @pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    running = Harness(
-        tmp_path,
-        extra_types=resources.KOPF_PEERING,
-        env={"PREFIXSERVING_PEERING": PEERING, "PREFIXSERVING_PEERING_CHECK_S": "1"},
+def harness(tmp_path: Path, scope: Scope) -> Iterator[Harness]:
+    env = {"PREFIXSERVING_PEERING": PEERING, "PREFIXSERVING_PEERING_CHECK_S": "1", **scope.env}
+    running = Harness(tmp_path, extra_types=resources.KOPF_PEERING, env=env)
+    running.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
+    running.kube.request(
+        "POST",
+        scope.peering.path(scope.peering_namespace),
+        body={"metadata": {"name": PEERING}},
     )
-    running.kube.request("POST", CLUSTER_PEERING.path(None), body={"metadata": {"name": PEERING}})
     yield running
     running.close()
 
@@ -69,9 +100,9 @@ def records() -> Iterator[Records]:
         yield kept
 
 
-def priorities(harness: Harness) -> list[int]:
+def priorities(harness: Harness, scope: Scope) -> list[int]:
     """The priorities of the peering object's keep-alive entries."""
-    obj = harness.kube.get(CLUSTER_PEERING, None, PEERING) or {}
+    obj = harness.kube.get(scope.peering, scope.peering_namespace, PEERING) or {}
     return [entry["priority"] for entry in (obj.get("status") or {}).values()]
 
 
@@ -93,16 +124,16 @@ def outside_peering(request: kmock.Request) -> bool:
     return "/apis/kopf.dev/" not in request.url.path
 
 
-def test_one_active_operator_and_takeover(harness: Harness, records: Records) -> None:
-    harness.start_operator(token="first")
-    (first,) = wait_for(lambda: priorities(harness), what="the first operator's keep-alive")
+def test_one_active_operator_and_takeover(harness: Harness, scope: Scope, records: Records) -> None:
+    harness.start_operator(*scope.flags, token="first")
+    (first,) = wait_for(lambda: priorities(harness, scope), what="the first operator's keep-alive")
     harness.create(resource("early", NAMESPACE))
     wait_for(lambda: harness.children(NAMESPACE, "early"), what="the first operator reconciles")
 
     # The newer replica outranks the older one (start time as the priority): kopf pauses the
     # first, and the first's periodic jobs stop.
-    harness.start_operator(token="second")
-    both = wait_for(lambda: len(p := priorities(harness)) == 2 and p, what="two keep-alives")
+    harness.start_operator(*scope.flags, token="second")
+    both = wait_for(lambda: len(p := priorities(harness, scope)) == 2 and p, what="two keep-alives")
     assert len(set(both)) == 2, f"the replicas share a kopf peering priority: {both}"
     (second,) = set(both) - {first}
     assert second > first
@@ -138,7 +169,7 @@ def test_one_active_operator_and_takeover(harness: Harness, records: Records) ->
 
     # The active one stops (kopf removes its keep-alive): the first takes over, jobs included.
     harness.stop_operator("second")
-    assert priorities(harness) == [first]
+    assert priorities(harness, scope) == [first]
     harness.create(resource("after", NAMESPACE))
     wait_for(lambda: harness.children(NAMESPACE, "after"), what="the first operator takes over")
     wait_for(

@@ -83,6 +83,7 @@ KNOWN_TYPES = frozenset(
         "customresourcedefinition", "customresourcedefinitions", "apiservice", "apiservices",
         "scaledobject", "scaledobjects", "servicemonitor", "servicemonitors",
         "prometheusrule", "prometheusrules", "node", "nodes", "no",
+        "clusterkopfpeering", "clusterkopfpeerings", "kopfpeering", "kopfpeerings",
     }
 )  # fmt: skip
 KUBECTL_VALUE_FLAGS = frozenset(

@@ -146,6 +146,27 @@ def test_peering_objects_only_with_several_replicas(rendered_variants: dict) -> 
     assert sorted(p["metadata"]["namespace"] for p in namespaced) == ["batch", "llm"]
 
 
+@pytest.mark.parametrize("variant", ["namespaced-ha", "cluster-ha-monitored"])
+def test_replicas_get_distinct_peering_priorities(rendered_variants: dict, variant: str) -> None:
+    """kopf pauses every peer that shares a priority, so the chart must not give the replicas
+    one: no --priority (each takes its start time, see controller/settings.py), and the pod
+    name as kopf's identity in the peering object (POD_ID)."""
+    from prefixserving.controller.cli import operator
+
+    objects = rendered_variants[variant]
+    (deployment,) = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] > 1
+    container = operator_container(objects)
+    with operator.make_context("operator", list(container["args"])) as ctx:
+        assert ctx.params["peering"] == "prefixserving-operator"
+        assert ctx.params["peering_priority"] is None
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    peerings = by_kind(objects, "ClusterKopfPeering") + by_kind(objects, "KopfPeering")
+    assert {p["metadata"]["name"] for p in peerings} == {"prefixserving-operator"}
+    assert "env" not in operator_container(rendered_variants["defaults"])
+
+
 def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prefixserving.controller import periodic
+from prefixserving.controller.activity import ActivityGate, is_active
 from prefixserving.controller.periodic import Job, Schedule
 from prefixserving.controller.settings import Settings
 
@@ -111,3 +114,80 @@ def test_resync_leaves_a_resource_whose_change_is_still_being_reconciled() -> No
     }
     for body in (pending, deleting):
         reconcile.resync(None, body)  # type: ignore[arg-type]
+
+
+async def test_a_paused_operator_starts_no_job_and_runs_each_once_on_resuming() -> None:
+    """With a gate (peering), no job starts while a peer outranks this operator (priority 5);
+    after the peer goes, each due job runs once: skipped while paused, not queued."""
+    calls: list[str] = []
+    peers: dict[str, Any] = {"me": {"priority": 5}, "newer": {"priority": 7}}
+    reads: list[int] = []
+
+    def read() -> list[Mapping[str, Any] | None]:
+        reads.append(len(peers))
+        return [dict(peers)]
+
+    loop = asyncio.get_running_loop()
+    schedule = Schedule([Job("status", 3600.0, 0.0, lambda kube, body: calls.append("run"))])
+
+    async def until(condition: Callable[[], bool]) -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as executor:
+        gate = ActivityGate(read, priority=5, check_s=0.0, executor=executor)  # re-read each tick
+        bodies = {"u1": {"metadata": {"name": "a"}}}
+        task = asyncio.create_task(
+            periodic.run(lambda: bodies, None, schedule, executor, gate, tick_s=0.01)  # type: ignore[arg-type]
+        )
+        await asyncio.wait_for(until(lambda: len(reads) >= 3), timeout=10.0)
+        assert calls == []  # three answers "paused", nothing started
+        del peers["newer"]
+        await asyncio.wait_for(
+            until(lambda: bool(calls) and not schedule.running and schedule.next_due() < math.inf),
+            timeout=10.0,
+        )
+        task.cancel()
+    assert calls == ["run"]
+    assert schedule.next_due() > loop.time() + 1800.0  # the next run is one period away
+
+
+def test_is_active_applies_kopfs_rule_to_live_peers() -> None:
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+    def peer(priority: int, seen_s_ago: float = 1.0, lifetime: int = 60) -> dict[str, Any]:
+        seen = now - datetime.timedelta(seconds=seen_s_ago)
+        return {"priority": priority, "lifetime": lifetime, "lastseen": seen.isoformat()}
+
+    assert is_active({"me": peer(5)}, 5, now)
+    assert is_active({"me": peer(5), "older": peer(3)}, 5, now)
+    assert not is_active({"me": peer(5), "newer": peer(7)}, 5, now)
+    assert is_active({"me": peer(5), "newer, dead": peer(7, seen_s_ago=61)}, 5, now)
+    assert not is_active({"me": peer(5), "tie": peer(5)}, 5, now)  # kopf pauses both
+    assert not is_active({"older": peer(3)}, 5, now)  # not registered yet
+    assert not is_active({}, 5, now)
+    assert not is_active(None, 5, now)  # the peering object is missing
+
+
+def test_the_gate_reads_the_cluster_peering_or_one_per_watched_namespace() -> None:
+    from prefixserving.controller import activity
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.gets: list[tuple[str, str | None, str]] = []
+
+        def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+            self.gets.append((kind.kind, namespace, name))
+            return None if namespace == "gone" else {"status": {"me": {"priority": 1}}}
+
+    kube = Recorder()
+    cluster = activity.peering_statuses(kube, Settings(peering="ha"))  # type: ignore[arg-type]
+    assert kube.gets == [("ClusterKopfPeering", None, "ha")] and cluster == [
+        {"me": {"priority": 1}}
+    ]
+    kube.gets.clear()
+    namespaced = Settings(peering="ha", namespaces=("llm", "gone"))
+    assert activity.peering_statuses(kube, namespaced) == [{"me": {"priority": 1}}, None]  # type: ignore[arg-type]
+    assert kube.gets == [("KopfPeering", "llm", "ha"), ("KopfPeering", "gone", "ha")]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        assert activity.ActivityGate.for_operator(kube, Settings(), 1, executor) is None  # type: ignore[arg-type]

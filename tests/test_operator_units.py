@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import kopf
 import pytest
 from click.testing import CliRunner
 
@@ -33,6 +35,23 @@ def test_settings_defaults_and_environment() -> None:
         settings.load({"PREFIXSERVING_LOG_FORMAT": "xml"})
 
 
+def test_peering_priority_is_explicit_or_the_start_time() -> None:
+    explicit = settings.load({"PREFIXSERVING_PEERING": "ha", "PREFIXSERVING_PEERING_PRIORITY": "7"})
+    assert explicit.peering_priority == 7
+    assert settings.load(settings.to_environ(explicit)) == explicit
+    kopf_settings = kopf.OperatorSettings()
+    settings.configure_kopf(kopf_settings, explicit)
+    assert kopf_settings.peering.priority == 7
+    assert kopf_settings.peering.lifetime == settings.PEERING_LIFETIME_S
+    chart = settings.load({"PREFIXSERVING_PEERING": "ha"})  # what the chart passes
+    assert chart.peering_priority is None
+    before = time.time_ns() // 1000
+    settings.configure_kopf(kopf_settings, chart)
+    assert before <= kopf_settings.peering.priority <= time.time_ns() // 1000 < 2**53
+    with pytest.raises(ValueError, match="PEERING_PRIORITY must be an integer"):
+        settings.load({"PREFIXSERVING_PEERING_PRIORITY": "high"})
+
+
 def run_cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, settings.Settings | None]:
     captured: dict[str, settings.Settings] = {}
     monkeypatch.setattr(cli, "run", lambda s, verbose=False: captured.setdefault("s", s))
@@ -55,6 +74,8 @@ def test_cli_flags_become_settings_and_environment(monkeypatch: pytest.MonkeyPat
         "json",
         "--peering",
         "ha",
+        "--priority",
+        "3",
         "--health-port",
         "9000",
     )
@@ -64,6 +85,7 @@ def test_cli_flags_become_settings_and_environment(monkeypatch: pytest.MonkeyPat
         prometheus_url="http://p:9090",
         log_format="json",
         peering="ha",
+        peering_priority=3,
         health_port=9000,
     )
     import os

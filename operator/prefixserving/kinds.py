@@ -265,8 +265,9 @@ _ROWS: tuple[Kind, ...] = (
         "kopf.dev/v1",
         "ClusterKopfPeering",
         "clusterkopfpeerings",
-        frozenset({"list", "watch", "patch"}),
-        "kopf: active-passive peering of a cluster-wide operator (keep-alives in status)",
+        frozenset({"get", "list", "watch", "patch"}),
+        "kopf: active-passive peering of a cluster-wide operator (keep-alives in status); the "
+        "periodic jobs read it to run only on the active replica",
         namespaced=False,
         install=Install.CLUSTER_WIDE,
     ),
@@ -274,8 +275,9 @@ _ROWS: tuple[Kind, ...] = (
         "kopf.dev/v1",
         "KopfPeering",
         "kopfpeerings",
-        frozenset({"list", "watch", "patch"}),
-        "kopf: active-passive peering of a namespaced operator (keep-alives in status)",
+        frozenset({"get", "list", "watch", "patch"}),
+        "kopf: active-passive peering of a namespaced operator (keep-alives in status); the "
+        "periodic jobs read it to run only on the active replica",
         install=Install.NAMESPACED,
     ),
 )

@@ -45,6 +45,14 @@ HANDLERS_MODULE = "prefixserving.controller.main"
     help="kopf peering name for active-passive HA (needs the KopfPeering CRDs). "
     "Default: standalone.",
 )
+@click.option(
+    "--priority",
+    "peering_priority",
+    type=int,
+    default=None,
+    help="kopf peering priority: the live replica with the highest one is active. "
+    "Default: the operator's start time in microseconds (the newest replica takes over).",
+)
 @click.option("--health-port", type=int, default=None, help="Liveness port (GET /healthz).")
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def operator(
@@ -54,6 +62,7 @@ def operator(
     prometheus_timeout_s: float | None,
     log_format: str | None,
     peering: str | None,
+    peering_priority: int | None,
     health_port: int | None,
     verbose: bool,
 ) -> None:
@@ -73,6 +82,7 @@ def operator(
         "prometheus_timeout_s": prometheus_timeout_s,
         "log_format": log_format,
         "peering": peering,
+        "peering_priority": peering_priority,
         "health_port": health_port,
     }
     settings = dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})

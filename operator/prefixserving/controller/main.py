@@ -38,7 +38,9 @@ async def operator_startup(
     memo.settings = operator_settings.load()  # fresh: the environment may have changed
     operator_settings.configure_kopf(settings, memo.settings)
     memo.kube = Kube(load_api_client())
-    memo.periodic = periodic.Scheduler.start(prefixserving_bodies, memo.kube, memo.settings)
+    memo.periodic = periodic.Scheduler.start(
+        prefixserving_bodies, memo.kube, memo.settings, settings.peering.priority
+    )
 
 
 @kopf.on.cleanup()

@@ -23,11 +23,15 @@ synchronous) and never waits for them.
 
 Differences from kopf timers: a job reads the body kopf last indexed (the same snapshot a timer
 would get); resync waits for the current generation to be reconciled instead of kopf's
-``idle`` (see ``reconcile.resync``); a paused operator (kopf peering) keeps running the jobs of
-the resources it indexed before the pause, since kopf exposes no pause signal to
-operator-level tasks.
+``idle`` (see ``reconcile.resync``). With kopf peering, jobs start only while this operator is
+the active replica (:class:`~prefixserving.controller.activity.ActivityGate`; kopf exposes no
+pause signal to operator-level tasks): a paused replica keeps the bodies it indexed before the
+pause, and without the gate it would go on writing their status next to the active one. While
+paused, due jobs are skipped, not queued: each (resource, job) keeps one due time, so on
+resuming every overdue job runs once.
 
-Cost per wake-up: O(resources x jobs) dictionary operations; per run, the job's own requests.
+Cost per wake-up: O(resources x jobs) dictionary operations; per run, the job's own requests;
+with peering, the gate's re-read of the peering objects (at most every ``peering_check_s``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from functools import partial
 from typing import Any
 
 from prefixserving import constants
+from prefixserving.controller.activity import ActivityGate
 from prefixserving.controller.handlers import reconcile, status
 from prefixserving.controller.kube import Kube
 from prefixserving.controller.settings import MAX_WORKERS, Settings
@@ -144,18 +149,25 @@ async def run(
     kube: Kube,
     schedule: Schedule,
     executor: concurrent.futures.Executor,
+    gate: ActivityGate | None = None,
     tick_s: float = TICK_S,
 ) -> None:
-    """Run due jobs forever (until cancelled); ``bodies`` returns the live uid -> body map."""
+    """Run due jobs forever (until cancelled); ``bodies`` returns the live uid -> body map.
+    With a ``gate`` (peering), jobs start only while it says this operator is active; while
+    paused, the loop wakes every ``tick_s`` and starts nothing."""
     loop = asyncio.get_running_loop()
     while True:
         live = bodies()
-        for uid, job in schedule.due(live, loop.time()):
-            future = loop.run_in_executor(executor, _run_job, job, kube, live[uid])
-            future.add_done_callback(
-                lambda _, uid=uid, job=job: schedule.finished(uid, job, loop.time())
-            )
-        await asyncio.sleep(max(0.0, min(tick_s, schedule.next_due() - loop.time())))
+        if live and (gate is None or await gate.active()):
+            for uid, job in schedule.due(live, loop.time()):
+                future = loop.run_in_executor(executor, _run_job, job, kube, live[uid])
+                future.add_done_callback(
+                    lambda _, uid=uid, job=job: schedule.finished(uid, job, loop.time())
+                )
+            delay = schedule.next_due() - loop.time()
+        else:
+            delay = tick_s
+        await asyncio.sleep(max(0.0, min(tick_s, delay)))
 
 
 @dataclass
@@ -167,13 +179,20 @@ class Scheduler:
 
     @classmethod
     def start(
-        cls, index: Mapping[Any, Iterable[Mapping[str, Any]]], kube: Kube, settings: Settings
+        cls,
+        index: Mapping[Any, Iterable[Mapping[str, Any]]],
+        kube: Kube,
+        settings: Settings,
+        peering_priority: int,
     ) -> Scheduler:
+        """Start the jobs over kopf's ``index``; ``peering_priority`` is the one kopf runs with
+        (used only with ``settings.peering``)."""
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=MAX_WORKERS, thread_name_prefix="prefixserving-periodic"
         )
+        gate = ActivityGate.for_operator(kube, settings, peering_priority, executor)
         task = asyncio.create_task(
-            run(partial(indexed_bodies, index), kube, Schedule(jobs(settings)), executor),
+            run(partial(indexed_bodies, index), kube, Schedule(jobs(settings)), executor, gate),
             name="prefixserving periodic jobs",
         )
         return cls(task=task, executor=executor)

@@ -105,13 +105,16 @@ class EmulatorThread:
     def install(self, rtype: ResourceType) -> None:
         self.call(self.server.install, rtype)
 
-    def write_kubeconfig(self, directory: Path, namespace: str = "default") -> Path:
-        """Write a kubeconfig for this emulator (no TLS, a dummy token) and return its path."""
+    def write_kubeconfig(
+        self, directory: Path, namespace: str = "default", token: str = "emulator"
+    ) -> Path:
+        """Write a kubeconfig for this emulator (no TLS; ``token`` is not checked, only
+        recorded in each request's ``Authorization`` header) and return its path."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {"token": "emulator"}}],
+            "users": [{"name": "emulator", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "emulator",

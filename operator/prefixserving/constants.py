@@ -43,6 +43,9 @@ COMPONENT_ROUTER: Final = "router"
 # Ports.
 ENGINE_PORT: Final = 8000
 ROUTER_PORT: Final = 8080
+# The endpoint picker's gRPC port (ext_proc and health), the Gateway API Inference Extension's
+# convention; its HTTP port (metrics, hot prefixes) is ROUTER_PORT.
+PICKER_GRPC_PORT: Final = 9002
 WARMUP_PORT: Final = 8090
 OPERATOR_HEALTH_PORT: Final = 8081
 

@@ -234,7 +234,7 @@ def router(
     \b
     Local:      prefixserving router --backend http://127.0.0.1:8000 --backend http://127.0.0.1:8001
     Kubernetes: prefixserving router --dns my-model-engine.ns.svc.cluster.local:8000
-    Gateway:    prefixserving router --mode endpoint-picker --dns my-model-engine.ns.svc.cluster.local:8000
+    Gateway:    prefixserving router --mode endpoint-picker --dns NAME:PORT (docs/gateway.md)
     """
     import uvicorn
     from uvicorn.supervisors import Multiprocess

@@ -54,7 +54,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
         self.router = router
         self.config = config
 
-    async def Process(  # noqa: N802 (the gRPC method's name)
+    async def Process(
         self, request_iterator: AsyncIterator[ProcessingRequest], context: Any
     ) -> None:
         stream = PickStream(self.router, self.config)

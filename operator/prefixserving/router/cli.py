@@ -205,8 +205,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="endpoint-picker: answer 429 when every engine has this many requests waiting "
-    "(0: never).",
+    help="endpoint-picker: answer 429 when every engine has this many requests waiting (0: never).",
 )
 @click.option(
     "--workers",

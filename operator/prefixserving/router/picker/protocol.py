@@ -160,9 +160,7 @@ def echo_request_body(chunk: bytes, end_of_stream: bool) -> ProcessingResponse:
 
 
 def echo_response_body(chunk: bytes, end_of_stream: bool) -> ProcessingResponse:
-    return ProcessingResponse(
-        response_body=BodyResponse(response=_streamed(chunk, end_of_stream))
-    )
+    return ProcessingResponse(response_body=BodyResponse(response=_streamed(chunk, end_of_stream)))
 
 
 def continue_request_trailers() -> ProcessingResponse:

@@ -186,7 +186,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 )
 @click.option(
     "--secure-serving/--no-secure-serving",
-    default=True,
+    default=defaults.PICKER_SECURE_SERVING,
     show_default=True,
     help="endpoint-picker: TLS on the gRPC port (self-signed unless --tls-cert-file is given).",
 )
@@ -203,7 +203,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--shed-waiting-requests",
     type=click.IntRange(min=0),
-    default=0,
+    default=defaults.PICKER_SHED_WAITING_REQUESTS,
     show_default=True,
     help="endpoint-picker: answer 429 when every engine has this many requests waiting (0: never).",
 )

@@ -71,7 +71,7 @@ class PrefixServingStatus(ApiModel):
     )
     router_endpoint: str | None = Field(
         default=None,
-        description="URL clients use (router.mode proxy; with endpointPicker they call the gateway).",
+        description="URL clients use (router.mode proxy; with endpointPicker, the gateway's).",
     )
     metrics: StatusMetrics | None = Field(default=None, description="Prometheus figures.")
     hints: list[str] = Field(

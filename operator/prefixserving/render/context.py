@@ -2,7 +2,8 @@
 
 Everything that needs a decision (argument lists, resources, volumes, probe thresholds,
 queries) is computed in Python, one module per part (``engine``, ``warmup``, ``autoscaling``,
-``router``; the alert rules in ``autoscaling.alerts``); the templates only place these values. ``build_context`` is pure; its cost is linear in the spec's size.
+``router``; the alert rules in ``autoscaling.alerts``); the templates only place these
+values. ``build_context`` is pure; its cost is linear in the spec's size.
 """
 
 from __future__ import annotations

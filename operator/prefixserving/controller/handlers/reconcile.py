@@ -23,8 +23,8 @@ the middle converges to the same objects):
    recorded with the server's message; the others are still applied.
 5. Delete children of this resource (owner uid and instance label) the new spec no longer
    renders.
-6. Write ``observedGeneration``, ``routerEndpoint`` (none in endpointPicker mode), ``Degraded`` (and ``Progressing`` on a
-   new generation) and post Events for transitions.
+6. Write ``observedGeneration``, ``routerEndpoint`` (none in endpointPicker mode),
+   ``Degraded`` (and ``Progressing`` on a new generation) and post Events for transitions.
 
 Cost: one GET of the referenced ScalingPolicy, one discovery request per API group (cached
 when present), one apply per child, one list per managed kind served for pruning, one status

@@ -20,8 +20,10 @@ from prefixserving.router.streamed_body import BodyTooLarge, StreamedBody
 # A small key (4 blocks of 16 characters) so that generated strings run past it and the
 # reader's cut of long strings is exercised.
 SMALL = ph.KeyConfig(block_chars=16, prefix_blocks=4, base_model="base")
-ALPHABET = "ab \n\"\\/\té😀\u2028\x00"
-TEXT = st.text(alphabet=ALPHABET, max_size=20) | st.text(alphabet=ALPHABET, min_size=60, max_size=300)
+ALPHABET = 'ab \n"\\/\té😀\u2028\x00'
+TEXT = st.text(alphabet=ALPHABET, max_size=20) | st.text(
+    alphabet=ALPHABET, min_size=60, max_size=300
+)
 
 
 def key_of(raw: bytes, function: Any, config: ph.KeyConfig) -> tuple[Any, ...]:
@@ -139,7 +141,7 @@ def test_broken_bodies_are_refused_like_the_router_does(raw: bytes) -> None:
 
 
 def long_chat(chars: int) -> bytes:
-    document = ("a \"quoted\" word, naïve café — \\ and more\n" * (chars // 40 + 1))[:chars]
+    document = ('a "quoted" word, naïve café — \\ and more\n' * (chars // 40 + 1))[:chars]
     return json.dumps(
         {
             "messages": [

@@ -58,16 +58,14 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
         self, request_iterator: AsyncIterator[ProcessingRequest], context: Any
     ) -> None:
         stream = PickStream(self.router, self.config)
-        cancelled = True
         try:
             async for request in request_iterator:
                 for answer in stream.handle(request):
                     await context.write(answer)
                 if stream.finished:
                     break
-            cancelled = False
-        finally:
-            stream.close(cancelled)
+        finally:  # closed, cancelled, or ended after an immediate response
+            stream.close()
 
 
 def self_signed_certificate() -> tuple[bytes, bytes]:

@@ -30,9 +30,11 @@ mode the gateways configure for an InferencePool):
    (``RoutingPolicy.on_served``) and ``retries_total{reason="gateway"}`` counts it. Response
    body chunks are echoed or passed per the response mode.
 4. *End* (the gateway closes or cancels the stream): the in-flight count is released and
-   ``requests_total`` counts the outcome: the response's status class, ``rejected`` (4xx of
-   the picker), ``shed`` (429), ``no_backend`` (503), ``disconnected`` (cancelled before the
-   response ended) or ``upstream_error`` (closed without a response).
+   ``requests_total`` counts the outcome: the response's status class once the response
+   ended (its last body chunk or trailers; its headers when the gateway sends no response
+   body), ``rejected`` (4xx of the picker), ``shed`` (429), ``no_backend`` (503), or
+   ``disconnected`` (the stream ended before the response did: the client went away; an
+   engine that fails answers through the gateway with a 5xx status).
 
 The backend's in-flight count (``BackendPool.acquire``) is held from the pick to the end of
 the stream, so the load the policy sees counts the requests in flight through this picker as
@@ -83,7 +85,6 @@ class Outcome(enum.StrEnum):
     SHED = "shed"
     NO_BACKEND = "no_backend"
     DISCONNECTED = "disconnected"
-    UPSTREAM_ERROR = "upstream_error"
 
 
 def _status_outcome(status: int) -> str:
@@ -302,8 +303,8 @@ class PickStream:
         headers = protocol.headers_of(request.response_headers)
         status = headers.get(":status", "")
         self.status = int(status) if status.isdigit() else None
-        if request.response_headers.end_of_stream:
-            self._response_done = True
+        if request.response_headers.end_of_stream or self.response_mode == ProcessingMode.NONE:
+            self._response_done = True  # no body follows, or none is sent to the picker
         served = protocol.served_endpoint(request)
         if served is not None and self.decision is not None:
             self._follow(protocol.backend(served))
@@ -330,20 +331,15 @@ class PickStream:
 
     # End ------------------------------------------------------------------------------------
 
-    def close(self, cancelled: bool) -> None:
-        """The stream ended (the gateway closed it, or cancelled it when ``cancelled``):
-        release the in-flight count and count the outcome. Called once."""
+    def close(self) -> None:
+        """The stream ended (closed or cancelled by the gateway): release the in-flight count
+        and count the outcome. Called once."""
         metrics = self.router.metrics
         if self.serving is not None:
             self.router.pool.release(self.serving)
         if self.outcome is not None:
             metrics.requests.inc("", self.outcome)
-            return
-        backend = self.serving or ""
-        if self.status is not None and (self._response_done or not cancelled):
-            metrics.requests.inc(backend, _status_outcome(self.status))
-        elif self.decision is None:
-            metrics.requests.inc("", Outcome.DISCONNECTED)
-        else:
-            outcome = Outcome.DISCONNECTED if cancelled else Outcome.UPSTREAM_ERROR
-            metrics.requests.inc(backend, outcome)
+        elif self.status is not None and self._response_done:
+            metrics.requests.inc(self.serving or "", _status_outcome(self.status))
+        else:  # the client went away before the response ended
+            metrics.requests.inc(self.serving or "", Outcome.DISCONNECTED)

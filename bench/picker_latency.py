@@ -1,0 +1,490 @@
+"""Pick latency of the endpoint picker (issue 16): ``prefixserving router --mode
+endpoint-picker`` on one core, driven as a gateway drives it.
+
+Setup, all on loopback:
+
+- the picker (the real command, TLS on as rendered by the operator, policy
+  ``prefix-affinity``, four engines), pinned to one core with ``taskset``;
+- four fake engines that answer ``/metrics`` and ``/health`` (``router_overhead``'s), in
+  this process, for the picker's load scraping;
+- a load generator, this process on the other core: ``C`` concurrent request slots over one
+  HTTP/2 connection (as Envoy multiplexes its ext_proc streams), each a loop of: open a
+  ``Process`` stream, send the request headers and a chat body in 32 KiB chunks (the last
+  with ``end_of_stream``), read the pick, read the echoed chunks, then play the response:
+  response headers with the served endpoint, ``--response-chunks`` body chunks
+  ``--chunk-interval-ms`` apart (each echoed back), end of stream. Bodies share one of 16
+  system prompts and differ after it; the prompt size is the body size.
+
+**Pick latency**: from the first message of the stream (request headers) to the answer that
+names the endpoint, as the load generator sees it; it includes sending the body to the
+picker. The picker's own ``prefixserving_router_added_latency_seconds`` (from the body's last
+chunk to the answer) is reported beside it. Each cell runs ``--seconds`` after a warm-up;
+p50/p99 are nearest-rank quantiles (``prefixserving.sim.report.quantile``). The picker's CPU
+share (``/proc/PID/stat``) and the request rate say how loaded it was.
+
+Also measured: the body reader's time for each size against parsing the whole body with
+``json.loads`` (what a picker that buffers and parses does), in this process.
+
+Run: ``.venv/bin/python bench/picker_latency.py`` (about 3 minutes).
+Writes ``bench/results/picker-latency.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import grpc
+import httpx
+import uvloop
+from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    HttpBody,
+    HttpHeaders,
+    ProcessingRequest,
+)
+from google.protobuf.struct_pb2 import Struct
+from prometheus_client.parser import text_string_to_metric_families
+
+from prefixserving.router import prefix_hashing
+from prefixserving.router.picker import protocol
+from prefixserving.router.streamed_body import StreamedBody
+from prefixserving.sim.report import machine, quantile
+from router_overhead import FakeEngineProtocol
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PICKER_CORE = 0
+CLIENT_CORE = 1
+CONCURRENCY = (1, 50, 200)
+PROMPT_BYTES = (2_000, 20_000, 200_000)
+CHUNK_BYTES = 32 * 1024
+ENGINES = 4
+GOAL = {"streams": 50, "p50_ms": 1.0, "p99_ms": 5.0}
+ANCHOR = "llm-d EPP: 1.8 ms p50, 30 ms p95 (llm-d-router#1348)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def chat_body(index: int, size: int) -> bytes:
+    """A chat body of about ``size`` bytes: one of 16 system prompts, then its own question."""
+    system = f"You are assistant {index % 16}, answering from the attached documents. " * 8
+    words = " ".join(f"fact-{index}-{i}" for i in range(size // 11 + 1))
+    body = {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": words[: max(size - len(system) - 120, 10)]},
+        ],
+        "model": "bench-model",
+        "stream": True,
+        "max_tokens": 64,
+    }
+    return json.dumps(body).encode()
+
+
+def headers_message(path: str = "/v1/chat/completions") -> ProcessingRequest:
+    items = [
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "gateway"),
+        ("content-type", "application/json"),
+    ]
+    return ProcessingRequest(
+        request_headers=HttpHeaders(
+            headers=HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in items])
+        )
+    )
+
+
+def response_headers_message(served: str) -> ProcessingRequest:
+    message = ProcessingRequest(
+        response_headers=HttpHeaders(
+            headers=HeaderMap(headers=[HeaderValue(key=":status", raw_value=b"200")])
+        )
+    )
+    metadata = Struct()
+    metadata.update({protocol.SERVED_KEY: served})
+    message.metadata_context.filter_metadata[protocol.DESTINATION_NAMESPACE].CopyFrom(metadata)
+    return message
+
+
+@dataclass
+class Cell:
+    streams: int
+    prompt_bytes: int
+    requests: int
+    seconds: float
+    pick_ms: list[float]
+    picker_cpu: float
+    picker_p50_ms: float
+    picker_p99_ms: float
+    errors: int
+
+    def row(self) -> dict[str, object]:
+        return {
+            "streams": self.streams,
+            "prompt_bytes": self.prompt_bytes,
+            "requests": self.requests,
+            "requests_per_s": round(self.requests / self.seconds, 1),
+            "pick_p50_ms": round(quantile(self.pick_ms, 0.50), 3),
+            "pick_p99_ms": round(quantile(self.pick_ms, 0.99), 3),
+            "pick_max_ms": round(max(self.pick_ms), 3) if self.pick_ms else None,
+            "picker_added_p50_ms": round(self.picker_p50_ms, 3),
+            "picker_added_p99_ms": round(self.picker_p99_ms, 3),
+            "picker_cpu_share": round(self.picker_cpu, 3),
+            "errors": self.errors,
+        }
+
+
+class Generator:
+    """The gateway side: slots of request loops over one channel."""
+
+    def __init__(self, channel: grpc.aio.Channel, response_chunks: int, interval_s: float):
+        self.stub = external_processor_pb2_grpc.ExternalProcessorStub(channel)
+        self.response_chunks = response_chunks
+        self.interval_s = interval_s
+        self.recording = False
+        self.pick_ms: list[float] = []
+        self.requests = 0
+        self.errors = 0
+        self.counter = 0
+
+    async def one(self, size: int) -> None:
+        self.counter += 1
+        raw = chat_body(self.counter, size)
+        parts = [raw[i : i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)]
+        call = self.stub.Process()
+        started = time.perf_counter()
+        await call.write(headers_message())
+        for number, part in enumerate(parts, start=1):
+            await call.write(
+                ProcessingRequest(
+                    request_body=HttpBody(body=part, end_of_stream=number == len(parts))
+                )
+            )
+        answer = await call.read()
+        picked_at = time.perf_counter()
+        if answer.WhichOneof("response") != "request_headers":
+            self.errors += 1
+            call.cancel()
+            return
+        endpoints = answer.request_headers.response.header_mutation.set_headers[0]
+        served = endpoints.header.raw_value.decode().split(",")[0]
+        for _ in parts:
+            await call.read()
+        await call.write(response_headers_message(served))
+        await call.read()
+        for number in range(1, self.response_chunks + 1):
+            await asyncio.sleep(self.interval_s)
+            chunk = b'data: {"choices": [{"delta": {"content": "token"}}]}\n\n'
+            await call.write(
+                ProcessingRequest(
+                    response_body=HttpBody(body=chunk, end_of_stream=number == self.response_chunks)
+                )
+            )
+            await call.read()
+        await call.done_writing()
+        await call.read()
+        if self.recording:
+            self.pick_ms.append((picked_at - started) * 1000)
+            self.requests += 1
+
+    async def slot(self, size: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.one(size)
+            except grpc.aio.AioRpcError:
+                self.errors += 1
+
+
+def histogram_quantiles(before: str, after: str) -> tuple[float, float]:
+    """p50 and p99 (ms, bucket upper bounds) of the picker's added latency between scrapes."""
+
+    def buckets(text: str) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name == "prefixserving_router_added_latency_seconds":
+                for sample in family.samples:
+                    if sample.name.endswith("_bucket"):
+                        out[float(sample.labels["le"])] = sample.value
+        return out
+
+    first, second = buckets(before), buckets(after)
+    counts = sorted((le, second[le] - first.get(le, 0.0)) for le in second)
+    total = counts[-1][1] if counts else 0.0
+
+    def at(q: float) -> float:
+        for le, cumulative in counts:
+            if total and cumulative >= q * total:
+                return le * 1000
+        return float("nan")
+
+    return at(0.5), at(0.99)
+
+
+@contextlib.contextmanager
+def picker_process(backends: list[str], grpc_port: int, http_port: int, tls: bool) -> Iterator[int]:
+    command = [
+        "taskset",
+        "-c",
+        str(PICKER_CORE),
+        sys.executable,
+        "-m",
+        "prefixserving.cli",
+        "router",
+        "--mode",
+        "endpoint-picker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--model",
+        "bench-model",
+        "--prefix-blocks",
+        "8",
+        *(["--secure-serving"] if tls else ["--no-secure-serving"]),
+        *(part for url in backends for part in ("--backend", url)),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the picker did not become ready"
+            time.sleep(0.2)
+        yield process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def channel_to(grpc_port: int, tls: bool) -> grpc.aio.Channel:
+    target = f"127.0.0.1:{grpc_port}"
+    if not tls:
+        return grpc.aio.insecure_channel(target)
+    import ssl
+
+    certificate = ssl.get_server_certificate(("127.0.0.1", grpc_port)).encode()
+    credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
+    options = [("grpc.ssl_target_name_override", "localhost")]
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+async def run_cell(
+    generator: Generator, pid: int, http_port: int, streams: int, size: int, seconds: float
+) -> Cell:
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(generator.slot(size, stop)) for _ in range(streams)]
+    await asyncio.sleep(min(2.0, seconds / 3))  # warm-up: slots in flight, caches warm
+    async with httpx.AsyncClient() as client:
+        before = (await client.get(f"http://127.0.0.1:{http_port}/metrics")).text
+        generator.pick_ms, generator.requests, generator.errors = [], 0, 0
+        generator.recording = True
+        cpu_before, started = cpu_seconds(pid), time.perf_counter()
+        await asyncio.sleep(seconds)
+        generator.recording = False
+        elapsed = time.perf_counter() - started
+        cpu = (cpu_seconds(pid) - cpu_before) / elapsed
+        after = (await client.get(f"http://127.0.0.1:{http_port}/metrics")).text
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    p50, p99 = histogram_quantiles(before, after)
+    return Cell(
+        streams, size, generator.requests, elapsed, generator.pick_ms, cpu, p50, p99,
+        generator.errors,
+    )  # fmt: skip
+
+
+def decode_costs() -> list[dict[str, object]]:
+    """The body reader against a whole-body parse, per prompt size (this process)."""
+    config = prefix_hashing.KeyConfig(prefix_blocks=8, base_model="bench-model")
+    rows = []
+    for size in PROMPT_BYTES:
+        raw = chat_body(7, size)
+        parts = [raw[i : i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)]
+        repeats = max(20, 2_000_000 // len(raw))
+        started = time.perf_counter()
+        for _ in range(repeats):
+            body = StreamedBody(config, 1 << 24)
+            for part in parts:
+                body.feed(part)
+            prefix_hashing.chat_key(body.finish(), config)
+        streamed = (time.perf_counter() - started) / repeats
+        started = time.perf_counter()
+        for _ in range(repeats):
+            prefix_hashing.chat_key(prefix_hashing.parse_body(b"".join(parts)), config)
+        whole = (time.perf_counter() - started) / repeats
+        rows.append(
+            {
+                "prompt_bytes": size,
+                "body_bytes": len(raw),
+                "body_reader_us": round(streamed * 1e6, 1),
+                "whole_parse_us": round(whole * 1e6, 1),
+            }
+        )
+    return rows
+
+
+async def measure(
+    seconds: float, response_chunks: int, interval_ms: float
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    loop = asyncio.get_running_loop()
+    servers, backends = [], []
+    for _ in range(ENGINES):
+        server = await loop.create_server(FakeEngineProtocol, "127.0.0.1", 0)
+        servers.append(server)
+        backends.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    grid: list[dict[str, object]] = []
+    extra: list[dict[str, object]] = []
+    try:
+        for tls in (True, False):
+            grpc_port, http_port = free_port(), free_port()
+            with picker_process(backends, grpc_port, http_port, tls) as pid:
+                channel = await channel_to(grpc_port, tls)
+                generator = Generator(channel, response_chunks, interval_ms / 1000)
+                cells = (
+                    [(c, s) for c in CONCURRENCY for s in PROMPT_BYTES]
+                    if tls
+                    else [(GOAL["streams"], s) for s in PROMPT_BYTES]
+                )
+                for streams, size in cells:
+                    cell = await run_cell(generator, pid, http_port, streams, size, seconds)
+                    row = {"tls": tls, **cell.row()}
+                    (grid if tls else extra).append(row)
+                    print(json.dumps(row), flush=True)
+                await channel.close()
+    finally:
+        for server in servers:
+            server.close()
+    return grid, extra
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        "# Endpoint picker: pick latency",
+        "",
+        "Reproduce: `.venv/bin/python bench/picker_latency.py` (how it measures: the script's "
+        "docstring).",
+        "",
+        f"Machine: {report['machine']['description']}; load average (1 min) "
+        f"{report['machine']['load_average_1m']} before, {report['load_after']} after "
+        "(other jobs shared the machine). Picker pinned to core "
+        f"{PICKER_CORE}, load generator and fake engines on core {CLIENT_CORE}.",
+        "",
+        f"Workload: chat bodies in {CHUNK_BYTES // 1024} KiB chunks, 16 shared system prompts; "
+        f"each response {report['response_chunks']} chunks {report['chunk_interval_ms']} ms "
+        f"apart, each echoed (full duplex), so a slot holds its stream about "
+        f"{report['response_chunks'] * report['chunk_interval_ms'] / 1000:g} s. Policy "
+        f"prefix-affinity, {ENGINES} engines. {report['seconds']:g} s per cell.",
+        "",
+        f"Goal: p50 <= {GOAL['p50_ms']} ms and p99 <= {GOAL['p99_ms']} ms at "
+        f"{GOAL['streams']} streams, 200 KB prompts included. Anchor: {ANCHOR}.",
+        "",
+        "## Pick latency, TLS on (as the operator renders the picker)",
+        "",
+        "Client: stream open to the answer naming the endpoint (includes sending the body). "
+        "Picker: its own added-latency histogram (last body chunk to answer; bucket bounds).",
+        "",
+        "| streams | prompt | req/s | p50 ms | p99 ms | max ms | picker p50 ms | "
+        "picker p99 ms | picker CPU | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["grid"]:
+        lines.append(
+            f"| {row['streams']} | {row['prompt_bytes'] // 1000} KB | {row['requests_per_s']} "
+            f"| {row['pick_p50_ms']} | {row['pick_p99_ms']} | {row['pick_max_ms']} "
+            f"| {row['picker_added_p50_ms']} | {row['picker_added_p99_ms']} "
+            f"| {row['picker_cpu_share']:.0%} | {row['errors']} |"
+        )
+    lines += [
+        "",
+        f"## Plaintext, {GOAL['streams']} streams",
+        "",
+        "| prompt | req/s | p50 ms | p99 ms | picker CPU |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["plaintext"]:
+        lines.append(
+            f"| {row['prompt_bytes'] // 1000} KB | {row['requests_per_s']} | {row['pick_p50_ms']} "
+            f"| {row['pick_p99_ms']} | {row['picker_cpu_share']:.0%} |"
+        )
+    lines += [
+        "",
+        "## Body decoding: the picker's reader against a whole-body parse",
+        "",
+        "| prompt | body bytes | body reader us | json.loads of the whole body us |",
+        "|---:|---:|---:|---:|",
+    ]
+    for row in report["decode"]:
+        lines.append(
+            f"| {row['prompt_bytes'] // 1000} KB | {row['body_bytes']} | {row['body_reader_us']} "
+            f"| {row['whole_parse_us']} |"
+        )
+    goal_rows = [r for r in report["grid"] if r["streams"] == GOAL["streams"]]
+    met = all(
+        r["pick_p50_ms"] <= GOAL["p50_ms"] and r["pick_p99_ms"] <= GOAL["p99_ms"] for r in goal_rows
+    )
+    lines += ["", f"Goal at {GOAL['streams']} streams: {'met' if met else 'missed'}.", ""]
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--seconds", default=8.0, show_default=True, help="Measured seconds per cell.")
+@click.option("--response-chunks", default=32, show_default=True)
+@click.option("--chunk-interval-ms", default=50.0, show_default=True)
+def main(seconds: float, response_chunks: int, chunk_interval_ms: float) -> None:
+    """Measure the endpoint picker's pick latency and write bench/results/picker-latency.*."""
+    os.sched_setaffinity(0, {CLIENT_CORE})
+    state = machine()
+    decode = decode_costs()
+    grid, plaintext = uvloop.run(measure(seconds, response_chunks, chunk_interval_ms))
+    report = {
+        "machine": state,
+        "load_after": round(os.getloadavg()[0], 2),
+        "seconds": seconds,
+        "response_chunks": response_chunks,
+        "chunk_interval_ms": chunk_interval_ms,
+        "chunk_bytes": CHUNK_BYTES,
+        "goal": GOAL,
+        "anchor": ANCHOR,
+        "grid": grid,
+        "plaintext": plaintext,
+        "decode": decode,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "picker-latency.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "picker-latency.md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,10 @@ Setup, all on loopback:
   ``Process`` stream, send the request headers and a chat body in 32 KiB chunks (the last
   with ``end_of_stream``), read the pick, read the echoed chunks, then play the response:
   response headers with the served endpoint, ``--response-chunks`` body chunks
-  ``--chunk-interval-ms`` apart (each echoed back), end of stream. Bodies share one of 16
+  ``--chunk-interval-ms`` apart on average (exponential gaps; each echoed back), end of
+  stream. Slots start at random points of one response's length, so that they do not send
+  their bodies in lockstep (which would measure the burst, not the picker). With one stream
+  the response is left out: one request after the other, the path with no queueing. Bodies share one of 16
   system prompts and differ after it; the prompt size is the body size.
 
 **Pick latency**: from the first message of the stream (request headers) to the answer that
@@ -35,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -129,6 +133,54 @@ def response_headers_message(served: str) -> ProcessingRequest:
     return message
 
 
+class BaselineProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
+    """The same ext_proc exchange with no picking: hold the body, answer a fixed endpoint at
+    its end, echo everything. What gRPC in Python costs, whatever the picker does."""
+
+    async def Process(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        held: list[bytes] = []
+        async for request in request_iterator:
+            kind = request.WhichOneof("request")
+            if kind == "request_body":
+                held.append(request.request_body.body)
+                if request.request_body.end_of_stream:
+                    await context.write(protocol.pick_in_headers("127.0.0.1:1"))
+                    for number, chunk in enumerate(held, start=1):
+                        await context.write(protocol.echo_request_body(chunk, number == len(held)))
+            elif kind == "response_headers":
+                await context.write(protocol.continue_response_headers())
+            elif kind == "response_body":
+                body = request.response_body
+                await context.write(protocol.echo_response_body(body.body, body.end_of_stream))
+
+
+async def run_baseline_server(port: int) -> None:
+    server = grpc.aio.server()
+    external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(BaselineProcessor(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+@contextlib.contextmanager
+def baseline_process(grpc_port: int) -> Iterator[int]:
+    command = ["taskset", "-c", str(PICKER_CORE), sys.executable, __file__, "--serve-baseline"]
+    process = subprocess.Popen([*command, str(grpc_port)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", grpc_port)) == 0:
+                    break
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "the baseline server did not start"
+            time.sleep(0.1)
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
 @dataclass
 class Cell:
     streams: int
@@ -146,7 +198,7 @@ class Cell:
             "streams": self.streams,
             "prompt_bytes": self.prompt_bytes,
             "requests": self.requests,
-            "requests_per_s": round(self.requests / self.seconds, 1),
+            "picks_per_s": round(self.requests / self.seconds, 1),
             "pick_p50_ms": round(quantile(self.pick_ms, 0.50), 3),
             "pick_p99_ms": round(quantile(self.pick_ms, 0.99), 3),
             "pick_max_ms": round(max(self.pick_ms), 3) if self.pick_ms else None,
@@ -162,6 +214,7 @@ class Generator:
 
     def __init__(self, channel: grpc.aio.Channel, response_chunks: int, interval_s: float):
         self.stub = external_processor_pb2_grpc.ExternalProcessorStub(channel)
+        self.random = random.Random(16)
         self.response_chunks = response_chunks
         self.interval_s = interval_s
         self.recording = False
@@ -184,7 +237,9 @@ class Generator:
                 )
             )
         answer = await call.read()
-        picked_at = time.perf_counter()
+        if self.recording:
+            self.pick_ms.append((time.perf_counter() - started) * 1000)
+            self.requests += 1
         if answer.WhichOneof("response") != "request_headers":
             self.errors += 1
             call.cancel()
@@ -196,7 +251,7 @@ class Generator:
         await call.write(response_headers_message(served))
         await call.read()
         for number in range(1, self.response_chunks + 1):
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(self.random.expovariate(1 / self.interval_s))
             chunk = b'data: {"choices": [{"delta": {"content": "token"}}]}\n\n'
             await call.write(
                 ProcessingRequest(
@@ -206,11 +261,10 @@ class Generator:
             await call.read()
         await call.done_writing()
         await call.read()
-        if self.recording:
-            self.pick_ms.append((picked_at - started) * 1000)
-            self.requests += 1
 
     async def slot(self, size: int, stop: asyncio.Event) -> None:
+        # Slots start spread over one response's length, so they do not run in lockstep.
+        await asyncio.sleep(self.random.uniform(0, self.response_chunks * self.interval_s))
         while not stop.is_set():
             try:
                 await self.one(size)
@@ -300,13 +354,15 @@ async def channel_to(grpc_port: int, tls: bool) -> grpc.aio.Channel:
 
 
 async def run_cell(
-    generator: Generator, pid: int, http_port: int, streams: int, size: int, seconds: float
+    generator: Generator, pid: int, http_port: int | None, streams: int, size: int, seconds: float
 ) -> Cell:
     stop = asyncio.Event()
     tasks = [asyncio.create_task(generator.slot(size, stop)) for _ in range(streams)]
-    await asyncio.sleep(min(2.0, seconds / 3))  # warm-up: slots in flight, caches warm
+    # warm-up: every slot started (they start spread over one response) and caches warm
+    await asyncio.sleep(generator.response_chunks * generator.interval_s + 1.0)
+    metrics = f"http://127.0.0.1:{http_port}/metrics" if http_port else None
     async with httpx.AsyncClient() as client:
-        before = (await client.get(f"http://127.0.0.1:{http_port}/metrics")).text
+        before = (await client.get(metrics)).text if metrics else ""
         generator.pick_ms, generator.requests, generator.errors = [], 0, 0
         generator.recording = True
         cpu_before, started = cpu_seconds(pid), time.perf_counter()
@@ -314,10 +370,10 @@ async def run_cell(
         generator.recording = False
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(pid) - cpu_before) / elapsed
-        after = (await client.get(f"http://127.0.0.1:{http_port}/metrics")).text
+        after = (await client.get(metrics)).text if metrics else ""
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    p50, p99 = histogram_quantiles(before, after)
+    p50, p99 = histogram_quantiles(before, after) if metrics else (float("nan"),) * 2
     return Cell(
         streams, size, generator.requests, elapsed, generator.pick_ms, cpu, p50, p99,
         generator.errors,
@@ -356,7 +412,7 @@ def decode_costs() -> list[dict[str, object]]:
 
 async def measure(
     seconds: float, response_chunks: int, interval_ms: float
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+) -> tuple[list[dict[str, object]], list[dict[str, object]], list[dict[str, object]]]:
     loop = asyncio.get_running_loop()
     servers, backends = [], []
     for _ in range(ENGINES):
@@ -365,18 +421,34 @@ async def measure(
         backends.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     grid: list[dict[str, object]] = []
     extra: list[dict[str, object]] = []
+    baseline: list[dict[str, object]] = []
     try:
+        grpc_port = free_port()
+        with baseline_process(grpc_port) as pid:
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+            generator = Generator(channel, response_chunks, interval_ms / 1000)
+            for size in PROMPT_BYTES:
+                cell = await run_cell(generator, pid, None, GOAL["streams"], size, seconds)
+                baseline.append({"tls": False, **cell.row()})
+                print(json.dumps(baseline[-1]), flush=True)
+            await channel.close()
         for tls in (True, False):
             grpc_port, http_port = free_port(), free_port()
             with picker_process(backends, grpc_port, http_port, tls) as pid:
                 channel = await channel_to(grpc_port, tls)
-                generator = Generator(channel, response_chunks, interval_ms / 1000)
+                generators = {
+                    # one stream at a time, no response: the path with no queueing at all,
+                    # and enough samples for its p99
+                    1: Generator(channel, 0, interval_ms / 1000),
+                    0: Generator(channel, response_chunks, interval_ms / 1000),
+                }
                 cells = (
                     [(c, s) for c in CONCURRENCY for s in PROMPT_BYTES]
                     if tls
                     else [(GOAL["streams"], s) for s in PROMPT_BYTES]
                 )
                 for streams, size in cells:
+                    generator = generators.get(streams, generators[0])
                     cell = await run_cell(generator, pid, http_port, streams, size, seconds)
                     row = {"tls": tls, **cell.row()}
                     (grid if tls else extra).append(row)
@@ -385,7 +457,7 @@ async def measure(
     finally:
         for server in servers:
             server.close()
-    return grid, extra
+    return grid, extra, baseline
 
 
 def markdown(report: dict) -> str:
@@ -402,8 +474,9 @@ def markdown(report: dict) -> str:
         "",
         f"Workload: chat bodies in {CHUNK_BYTES // 1024} KiB chunks, 16 shared system prompts; "
         f"each response {report['response_chunks']} chunks {report['chunk_interval_ms']} ms "
-        f"apart, each echoed (full duplex), so a slot holds its stream about "
-        f"{report['response_chunks'] * report['chunk_interval_ms'] / 1000:g} s. Policy "
+        f"apart on average, each echoed (full duplex), so a slot holds its stream about "
+        f"{report['response_chunks'] * report['chunk_interval_ms'] / 1000:g} s (1 stream: "
+        "requests only, one after the other). Policy "
         f"prefix-affinity, {ENGINES} engines. {report['seconds']:g} s per cell.",
         "",
         f"Goal: p50 <= {GOAL['p50_ms']} ms and p99 <= {GOAL['p99_ms']} ms at "
@@ -414,28 +487,34 @@ def markdown(report: dict) -> str:
         "Client: stream open to the answer naming the endpoint (includes sending the body). "
         "Picker: its own added-latency histogram (last body chunk to answer; bucket bounds).",
         "",
-        "| streams | prompt | req/s | p50 ms | p99 ms | max ms | picker p50 ms | "
+        "| streams | prompt | picks/s | p50 ms | p99 ms | max ms | picker p50 ms | "
         "picker p99 ms | picker CPU | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["grid"]:
         lines.append(
-            f"| {row['streams']} | {row['prompt_bytes'] // 1000} KB | {row['requests_per_s']} "
+            f"| {row['streams']} | {row['prompt_bytes'] // 1000} KB | {row['picks_per_s']} "
             f"| {row['pick_p50_ms']} | {row['pick_p99_ms']} | {row['pick_max_ms']} "
             f"| {row['picker_added_p50_ms']} | {row['picker_added_p99_ms']} "
             f"| {row['picker_cpu_share']:.0%} | {row['errors']} |"
         )
     lines += [
         "",
-        f"## Plaintext, {GOAL['streams']} streams",
+        f"## Plaintext, {GOAL['streams']} streams, against the same exchange with no picking",
         "",
-        "| prompt | req/s | p50 ms | p99 ms | picker CPU |",
-        "|---:|---:|---:|---:|---:|",
+        "Baseline: a gRPC server that holds the body and answers a fixed endpoint at its end, "
+        "echoing every chunk (the same messages, in Python gRPC, with no key, policy or body "
+        "reader), on the same core. The difference is what picking costs.",
+        "",
+        "| prompt | picker p50 ms | picker p99 ms | picker CPU | baseline p50 ms | "
+        "baseline p99 ms | baseline CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in report["plaintext"]:
+    for row, base in zip(report["plaintext"], report["baseline"], strict=True):
         lines.append(
-            f"| {row['prompt_bytes'] // 1000} KB | {row['requests_per_s']} | {row['pick_p50_ms']} "
-            f"| {row['pick_p99_ms']} | {row['picker_cpu_share']:.0%} |"
+            f"| {row['prompt_bytes'] // 1000} KB | {row['pick_p50_ms']} | {row['pick_p99_ms']} "
+            f"| {row['picker_cpu_share']:.0%} | {base['pick_p50_ms']} | {base['pick_p99_ms']} "
+            f"| {base['picker_cpu_share']:.0%} |"
         )
     lines += [
         "",
@@ -459,14 +538,20 @@ def markdown(report: dict) -> str:
 
 @click.command()
 @click.option("--seconds", default=8.0, show_default=True, help="Measured seconds per cell.")
+@click.option("--serve-baseline", type=int, hidden=True, help="Run the baseline server.")
 @click.option("--response-chunks", default=32, show_default=True)
 @click.option("--chunk-interval-ms", default=50.0, show_default=True)
-def main(seconds: float, response_chunks: int, chunk_interval_ms: float) -> None:
+def main(
+    seconds: float, serve_baseline: int | None, response_chunks: int, chunk_interval_ms: float
+) -> None:
     """Measure the endpoint picker's pick latency and write bench/results/picker-latency.*."""
+    if serve_baseline is not None:
+        uvloop.run(run_baseline_server(serve_baseline))
+        return
     os.sched_setaffinity(0, {CLIENT_CORE})
     state = machine()
     decode = decode_costs()
-    grid, plaintext = uvloop.run(measure(seconds, response_chunks, chunk_interval_ms))
+    grid, plaintext, baseline = uvloop.run(measure(seconds, response_chunks, chunk_interval_ms))
     report = {
         "machine": state,
         "load_after": round(os.getloadavg()[0], 2),
@@ -478,6 +563,7 @@ def main(seconds: float, response_chunks: int, chunk_interval_ms: float) -> None
         "anchor": ANCHOR,
         "grid": grid,
         "plaintext": plaintext,
+        "baseline": baseline,
         "decode": decode,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ parsed.
    :data:`FULL_PARSE_BYTES` is then parsed whole at the end, exactly as the HTTP router does;
    steps 2-3 are for larger ones, from the chunk that crosses the limit on.
 2. A resumable scanner (a generator that waits when a token runs past the buffer) walks the
-   top-level object. Strings are skipped with ``bytes.find`` of the next quote and a count of
-   the backslashes before it; containers with a search for the next bracket or quote; numbers
+   top-level object. Strings are skipped with ``find`` of the next quote and a count of the
+   backslashes before it (a regex that skips escaped quotes once a string has many); containers with a search for the next bracket or quote; numbers
    and literals with one regex. It records where the value of each key field starts and ends
    (the last one wins), where each element of ``messages`` starts, and where the ``content``
    string of each message lies. Grammar errors of the top-level object, of ``messages`` and
@@ -40,9 +40,9 @@ digits, nesting deeper than Python's parser goes).
 :class:`BodyTooLarge`).
 
 **Cost**: per chunk one UTF-8 check and one copy into the scan buffer (``memcpy``-speed).
-Over :data:`FULL_PARSE_BYTES`, O(tokens) Python steps, where a string of any length is one
-regex search for a quote that can close it (literal-prefix search, one more step per quote
-after two backslashes); at the end the decoding of the key fields: O(``max_chars``) for the
+Over :data:`FULL_PARSE_BYTES`, O(tokens) Python steps, where a string of any length is a
+``memchr`` search for its closing quote plus one step per escaped quote (past eight, a regex
+search that skips them: about 0.7 GB/s); at the end the decoding of the key fields: O(``max_chars``) for the
 leading content. Measured on a 200 KB chat body: about 0.25 ms against 1.1 ms to parse it
 whole. Memory: the scan buffer (the body) until the pick.
 """
@@ -73,6 +73,7 @@ _WS = re.compile(rb"[ \t\n\r]*")
 # A quote that may close a string: not after a backslash, or after two (an escaped backslash;
 # the run's parity decides). One search with a literal first byte: memchr-speed.
 _CLOSING_QUOTE = re.compile(rb'"(?:(?<!\\")|(?<=\\\\"))')
+_ESCAPED_QUOTES_BEFORE_REGEX = 8
 _STRUCTURAL = re.compile(rb'["{}\[\]]')
 _SCALAR = re.compile(
     rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null|NaN|-?Infinity"
@@ -201,20 +202,27 @@ class StreamedBody:
             raise _not_json(f"expected {what} at offset {pos}")
 
     def _string(self, pos: int) -> Generator[None, None, int]:
-        """``pos`` is an opening quote: the offset after the closing one."""
+        """``pos`` is an opening quote: the offset after the closing one. The next quote is
+        found with ``find`` (memchr); after :data:`_ESCAPED_QUOTES_BEFORE_REGEX` escaped
+        quotes in one string, with the regex that skips those (text full of quotes)."""
         search = pos + 1
+        escaped = 0
         while True:
-            match = _CLOSING_QUOTE.search(self.buffer, search)
-            if match is None:
+            if escaped < _ESCAPED_QUOTES_BEFORE_REGEX:
+                quote = self.buffer.find(b'"', search)
+            else:
+                match = _CLOSING_QUOTE.search(self.buffer, search)
+                quote = -1 if match is None else match.start()
+            if quote < 0:
                 search = max(len(self.buffer) - 1, pos + 1)  # a backslash may end the buffer
                 yield from self._need(len(self.buffer))
                 continue
-            quote = match.start()
             before = quote - 1
             while self.buffer[before] == _BACKSLASH:
                 before -= 1
             if (quote - 1 - before) % 2 == 0:
                 return quote + 1
+            escaped += 1
             search = quote + 1
 
     def _scalar(self, pos: int) -> Generator[None, None, int]:

@@ -15,8 +15,8 @@ Setup, all on loopback:
   ``--chunk-interval-ms`` apart on average (exponential gaps; each echoed back), end of
   stream. Slots start at random points of one response's length, so that they do not send
   their bodies in lockstep (which would measure the burst, not the picker). With one stream
-  the response is left out: one request after the other, the path with no queueing. Bodies share one of 16
-  system prompts and differ after it; the prompt size is the body size.
+  the response is left out: one request after the other, the path with no queueing. Bodies
+  share one of 16 system prompts and differ after it; the prompt size is the body size.
 
 **Pick latency**: from the first message of the stream (request headers) to the answer that
 names the endpoint, as the load generator sees it; it includes sending the body to the

@@ -23,7 +23,9 @@ names the endpoint, as the load generator sees it; it includes sending the body 
 picker. The picker's own ``prefixserving_router_added_latency_seconds`` (from the body's last
 chunk to the answer) is reported beside it. Each cell runs ``--seconds`` after a warm-up;
 p50/p99 are nearest-rank quantiles (``prefixserving.sim.report.quantile``). The picker's CPU
-share (``/proc/PID/stat``) and the request rate say how loaded it was.
+share (``/proc/PID/stat``) and the rate of picks say how loaded it was; the load
+generator's CPU share says when it, not the picker, was the limit (near 100%: its own
+queueing is in the figures).
 
 Also measured: the body reader's time for each size against parsing the whole body with
 ``json.loads`` (what a picker that buffers and parses does), in this process.
@@ -189,6 +191,7 @@ class Cell:
     seconds: float
     pick_ms: list[float]
     picker_cpu: float
+    client_cpu: float
     picker_p50_ms: float
     picker_p99_ms: float
     errors: int
@@ -205,6 +208,7 @@ class Cell:
             "picker_added_p50_ms": round(self.picker_p50_ms, 3),
             "picker_added_p99_ms": round(self.picker_p99_ms, 3),
             "picker_cpu_share": round(self.picker_cpu, 3),
+            "load_generator_cpu_share": round(self.client_cpu, 3),
             "errors": self.errors,
         }
 
@@ -366,16 +370,18 @@ async def run_cell(
         generator.pick_ms, generator.requests, generator.errors = [], 0, 0
         generator.recording = True
         cpu_before, started = cpu_seconds(pid), time.perf_counter()
+        client_before = cpu_seconds(os.getpid())
         await asyncio.sleep(seconds)
         generator.recording = False
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(pid) - cpu_before) / elapsed
+        client_cpu = (cpu_seconds(os.getpid()) - client_before) / elapsed
         after = (await client.get(metrics)).text if metrics else ""
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     p50, p99 = histogram_quantiles(before, after) if metrics else (float("nan"),) * 2
     return Cell(
-        streams, size, generator.requests, elapsed, generator.pick_ms, cpu, p50, p99,
+        streams, size, generator.requests, elapsed, generator.pick_ms, cpu, client_cpu, p50, p99,
         generator.errors,
     )  # fmt: skip
 
@@ -488,15 +494,16 @@ def markdown(report: dict) -> str:
         "Picker: its own added-latency histogram (last body chunk to answer; bucket bounds).",
         "",
         "| streams | prompt | picks/s | p50 ms | p99 ms | max ms | picker p50 ms | "
-        "picker p99 ms | picker CPU | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "picker p99 ms | picker CPU | load generator CPU | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["grid"]:
         lines.append(
             f"| {row['streams']} | {row['prompt_bytes'] // 1000} KB | {row['picks_per_s']} "
             f"| {row['pick_p50_ms']} | {row['pick_p99_ms']} | {row['pick_max_ms']} "
             f"| {row['picker_added_p50_ms']} | {row['picker_added_p99_ms']} "
-            f"| {row['picker_cpu_share']:.0%} | {row['errors']} |"
+            f"| {row['picker_cpu_share']:.0%} | {row['load_generator_cpu_share']:.0%} "
+            f"| {row['errors']} |"
         )
     lines += [
         "",

@@ -68,6 +68,8 @@ REPO_DIRS = tuple(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.st
 # Programs whose commands need a running system; what is not checked, and why.
 UNCHECKED: dict[str, str] = {
     "curl": "asks a running router, engine or warm-up sidecar",
+    "grpcurl": "asks a running endpoint picker's gRPC port",
+    "istioctl": "installs Istio into the user's cluster",
     "argocd": "needs an Argo CD server",
     "grep": "filters the output of the command before it",
     "iconv": "converts the user's own file",
@@ -83,6 +85,8 @@ KNOWN_TYPES = frozenset(
         "customresourcedefinition", "customresourcedefinitions", "apiservice", "apiservices",
         "scaledobject", "scaledobjects", "servicemonitor", "servicemonitors",
         "prometheusrule", "prometheusrules", "node", "nodes", "no",
+        "inferencepool", "inferencepools", "infpool", "gateway", "gateways", "httproute",
+        "httproutes",
     }
 )  # fmt: skip
 KUBECTL_VALUE_FLAGS = frozenset(

@@ -30,6 +30,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -338,6 +339,48 @@ async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None
                 process.terminate()
             output, _ = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
     # uvicorn shuts down gracefully, then re-raises SIGTERM for the exit status.
+    assert process.returncode in (0, -signal.SIGTERM), output.decode()
+
+
+@pytest.mark.slow
+async def test_router_image_runs_the_endpoint_picker(router_image: Image) -> None:
+    """The image has the picker's dependencies (grpcio, xds-protos, grpcio-health-checking,
+    cryptography): the picker starts with its self-signed TLS and answers a gateway stream."""
+    import grpc
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
+
+    from picker_support import chat_body, picked, request_body, request_headers
+
+    engine = FakeEngine(name="e0")
+    port, grpc_port = _free_port(), _free_port()
+    async with serving(fake_engine_config(engine)) as backend:
+        args = ["--mode", "endpoint-picker", "--host", "127.0.0.1", "--port", str(port)]
+        args += ["--grpc-port", str(grpc_port), "--backend", backend]
+        process = await asyncio.create_subprocess_exec(
+            *router_image.command(*args),
+            env=router_image.process_env(),
+            cwd=router_image.path("."),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                await _ready(client, process)
+            certificate = ssl.get_server_certificate(("127.0.0.1", grpc_port)).encode()
+            credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
+            options = [("grpc.ssl_target_name_override", "localhost")]
+            target = f"127.0.0.1:{grpc_port}"
+            async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
+                call = external_processor_pb2_grpc.ExternalProcessorStub(channel).Process()
+                await call.write(request_headers())
+                await call.write(request_body(chat_body("hello", model=engine.model), True))
+                header, _ = picked(await call.read())
+                assert header == backend.removeprefix("http://")
+                call.cancel()
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            output, _ = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
     assert process.returncode in (0, -signal.SIGTERM), output.decode()
 
 

@@ -5,8 +5,8 @@ Setup, all on loopback:
 
 - the picker (the real command, TLS on as rendered by the operator, policy
   ``prefix-affinity``, four engines), pinned to one core with ``taskset``;
-- four fake engines that answer ``/metrics`` and ``/health`` (``router_overhead``'s), in
-  this process, for the picker's load scraping;
+- four fake engines (``prefixserving_lab.runners.fake_engine``), in this process, whose
+  ``/metrics`` and ``/health`` the picker scrapes for load;
 - a load generator, this process on the other core: ``C`` concurrent request slots over one
   HTTP/2 connection (as Envoy multiplexes its ext_proc streams), each a loop of: open a
   ``Process`` stream, send the request headers and a chat body in 32 KiB chunks (the last
@@ -22,7 +22,7 @@ Setup, all on loopback:
 names the endpoint, as the load generator sees it; it includes sending the body to the
 picker. The picker's own ``prefixserving_router_added_latency_seconds`` (from the body's last
 chunk to the answer) is reported beside it. Each cell runs ``--seconds`` after a warm-up;
-p50/p99 are nearest-rank quantiles (``prefixserving.sim.report.quantile``). The picker's CPU
+p50/p99 are ``prefixserving_lab.stats.quantile`` (linear between closest ranks). The picker's CPU
 share (``/proc/PID/stat``) and the rate of picks say how loaded it was; the load
 generator's CPU share says when it, not the picker, was the limit (near 100%: its own
 queueing is in the figures).
@@ -30,8 +30,9 @@ queueing is in the figures).
 Also measured: the body reader's time for each size against parsing the whole body with
 ``json.loads`` (what a picker that buffers and parses does), in this process.
 
-Run: ``.venv/bin/python bench/picker_latency.py`` (about 3 minutes).
-Writes ``bench/results/picker-latency.json`` and ``.md``.
+Run: ``.venv/bin/python bench/picker_latency.py`` (about 4 minutes). Writes
+``picker-latency.json`` and ``.md`` to ``--out-dir`` (``bench/results``); ``--seconds``,
+``--response-chunks`` and ``--chunk-interval-ms`` shorten every cell.
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ import contextlib
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,24 +54,34 @@ import click
 import grpc
 import httpx
 import uvloop
-from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
-from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    HttpBody,
-    HttpHeaders,
-    ProcessingRequest,
-)
-from google.protobuf.struct_pb2 import Struct
 from prometheus_client.parser import text_string_to_metric_families
 
 from prefixserving.router import prefix_hashing
 from prefixserving.router.picker import protocol
 from prefixserving.router.streamed_body import StreamedBody
-from prefixserving.sim.report import machine, quantile
-from router_overhead import FakeEngineProtocol
+from prefixserving_lab.machine import load_average_1m, machine, machine_line
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.gateway import (
+    chunks,
+    request_body,
+    request_headers,
+    response_body,
+    response_headers,
+    trusting_credentials,
+)
+from prefixserving_lab.runners.stack.processes import (
+    cpu_seconds,
+    free_port,
+    stop_process,
+    wait_http_ok,
+)
+from prefixserving_lab.stats import quantile
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "picker-latency"
+MODEL = "bench-model"
 PICKER_CORE = 0
 CLIENT_CORE = 1
 CONCURRENCY = (1, 50, 200)
@@ -80,17 +90,6 @@ CHUNK_BYTES = 32 * 1024
 ENGINES = 4
 GOAL = {"streams": 50, "p50_ms": 1.0, "p99_ms": 5.0}
 ANCHOR = "llm-d EPP: 1.8 ms p50, 30 ms p95 (llm-d-router#1348)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def chat_body(index: int, size: int) -> bytes:
@@ -102,37 +101,11 @@ def chat_body(index: int, size: int) -> bytes:
             {"role": "system", "content": system},
             {"role": "user", "content": words[: max(size - len(system) - 120, 10)]},
         ],
-        "model": "bench-model",
+        "model": MODEL,
         "stream": True,
         "max_tokens": 64,
     }
     return json.dumps(body).encode()
-
-
-def headers_message(path: str = "/v1/chat/completions") -> ProcessingRequest:
-    items = [
-        (":method", "POST"),
-        (":path", path),
-        (":authority", "gateway"),
-        ("content-type", "application/json"),
-    ]
-    return ProcessingRequest(
-        request_headers=HttpHeaders(
-            headers=HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in items])
-        )
-    )
-
-
-def response_headers_message(served: str) -> ProcessingRequest:
-    message = ProcessingRequest(
-        response_headers=HttpHeaders(
-            headers=HeaderMap(headers=[HeaderValue(key=":status", raw_value=b"200")])
-        )
-    )
-    metadata = Struct()
-    metadata.update({protocol.SERVED_KEY: served})
-    message.metadata_context.filter_metadata[protocol.DESTINATION_NAMESPACE].CopyFrom(metadata)
-    return message
 
 
 class BaselineProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
@@ -230,16 +203,12 @@ class Generator:
     async def one(self, size: int) -> None:
         self.counter += 1
         raw = chat_body(self.counter, size)
-        parts = [raw[i : i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)]
+        parts = chunks(raw, CHUNK_BYTES)
         call = self.stub.Process()
         started = time.perf_counter()
-        await call.write(headers_message())
+        await call.write(request_headers())
         for number, part in enumerate(parts, start=1):
-            await call.write(
-                ProcessingRequest(
-                    request_body=HttpBody(body=part, end_of_stream=number == len(parts))
-                )
-            )
+            await call.write(request_body(part, end_of_stream=number == len(parts)))
         answer = await call.read()
         if self.recording:
             self.pick_ms.append((time.perf_counter() - started) * 1000)
@@ -252,16 +221,12 @@ class Generator:
         served = endpoints.header.raw_value.decode().split(",")[0]
         for _ in parts:
             await call.read()
-        await call.write(response_headers_message(served))
+        await call.write(response_headers(served=served))
         await call.read()
         for number in range(1, self.response_chunks + 1):
             await asyncio.sleep(self.random.expovariate(1 / self.interval_s))
             chunk = b'data: {"choices": [{"delta": {"content": "token"}}]}\n\n'
-            await call.write(
-                ProcessingRequest(
-                    response_body=HttpBody(body=chunk, end_of_stream=number == self.response_chunks)
-                )
-            )
+            await call.write(response_body(chunk, end_of_stream=number == self.response_chunks))
             await call.read()
         await call.done_writing()
         await call.read()
@@ -301,8 +266,12 @@ def histogram_quantiles(before: str, after: str) -> tuple[float, float]:
     return at(0.5), at(0.99)
 
 
-@contextlib.contextmanager
-def picker_process(backends: list[str], grpc_port: int, http_port: int, tls: bool) -> Iterator[int]:
+@contextlib.asynccontextmanager
+async def picker_process(
+    backends: list[str], grpc_port: int, http_port: int, tls: bool
+) -> AsyncIterator[int]:
+    """The picker command pinned to ``PICKER_CORE``; its pid once ready. The wait runs in a
+    thread: the fake engines it scrapes answer in this event loop."""
     command = [
         "taskset",
         "-c",
@@ -320,40 +289,26 @@ def picker_process(backends: list[str], grpc_port: int, http_port: int, tls: boo
         "--grpc-port",
         str(grpc_port),
         "--model",
-        "bench-model",
+        MODEL,
         "--prefix-blocks",
         "8",
         *(["--secure-serving"] if tls else ["--no-secure-serving"]),
         *(part for url in backends for part in ("--backend", url)),
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the picker did not become ready"
-            time.sleep(0.2)
+        url = f"http://127.0.0.1:{http_port}/readyz"
+        await asyncio.to_thread(wait_http_ok, url, process, "the picker", 60.0)
         yield process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 async def channel_to(grpc_port: int, tls: bool) -> grpc.aio.Channel:
     target = f"127.0.0.1:{grpc_port}"
     if not tls:
         return grpc.aio.insecure_channel(target)
-    import ssl
-
-    certificate = ssl.get_server_certificate(("127.0.0.1", grpc_port)).encode()
-    credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
-    options = [("grpc.ssl_target_name_override", "localhost")]
+    credentials, options = trusting_credentials("127.0.0.1", grpc_port)
     return grpc.aio.secure_channel(target, credentials, options=options)
 
 
@@ -388,11 +343,11 @@ async def run_cell(
 
 def decode_costs() -> list[dict[str, object]]:
     """The body reader against a whole-body parse, per prompt size (this process)."""
-    config = prefix_hashing.KeyConfig(prefix_blocks=8, base_model="bench-model")
+    config = prefix_hashing.KeyConfig(prefix_blocks=8, base_model=MODEL)
     rows = []
     for size in PROMPT_BYTES:
         raw = chat_body(7, size)
-        parts = [raw[i : i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)]
+        parts = chunks(raw, CHUNK_BYTES)
         repeats = max(20, 2_000_000 // len(raw))
         started = time.perf_counter()
         for _ in range(repeats):
@@ -419,16 +374,16 @@ def decode_costs() -> list[dict[str, object]]:
 async def measure(
     seconds: float, response_chunks: int, interval_ms: float
 ) -> tuple[list[dict[str, object]], list[dict[str, object]], list[dict[str, object]]]:
-    loop = asyncio.get_running_loop()
-    servers, backends = [], []
-    for _ in range(ENGINES):
-        server = await loop.create_server(FakeEngineProtocol, "127.0.0.1", 0)
-        servers.append(server)
-        backends.append(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     grid: list[dict[str, object]] = []
     extra: list[dict[str, object]] = []
     baseline: list[dict[str, object]] = []
-    try:
+    async with contextlib.AsyncExitStack() as engines:
+        backends = [
+            await engines.enter_async_context(
+                serving(fake_engine_config(FakeEngine(name=f"e{i}", model=MODEL)))
+            )
+            for i in range(ENGINES)
+        ]
         grpc_port = free_port()
         with baseline_process(grpc_port) as pid:
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
@@ -440,7 +395,7 @@ async def measure(
             await channel.close()
         for tls in (True, False):
             grpc_port, http_port = free_port(), free_port()
-            with picker_process(backends, grpc_port, http_port, tls) as pid:
+            async with picker_process(backends, grpc_port, http_port, tls) as pid:
                 channel = await channel_to(grpc_port, tls)
                 generators = {
                     # one stream at a time, no response: the path with no queueing at all,
@@ -460,10 +415,16 @@ async def measure(
                     (grid if tls else extra).append(row)
                     print(json.dumps(row), flush=True)
                 await channel.close()
-    finally:
-        for server in servers:
-            server.close()
     return grid, extra, baseline
+
+
+def goal_met(grid: list[dict[str, object]]) -> bool:
+    """p50 and p99 within the goal in every TLS cell at the goal's number of streams."""
+    rows = [r for r in grid if r["streams"] == GOAL["streams"]]
+    return bool(rows) and all(
+        float(r["pick_p50_ms"]) <= GOAL["p50_ms"] and float(r["pick_p99_ms"]) <= GOAL["p99_ms"]  # type: ignore[arg-type]
+        for r in rows
+    )
 
 
 def markdown(report: dict) -> str:
@@ -473,9 +434,9 @@ def markdown(report: dict) -> str:
         "Reproduce: `.venv/bin/python bench/picker_latency.py` (how it measures: the script's "
         "docstring).",
         "",
-        f"Machine: {report['machine']['description']}; load average (1 min) "
-        f"{report['machine']['load_average_1m']} before, {report['load_after']} after "
-        "(other jobs shared the machine). Picker pinned to core "
+        f"Machine: {machine_line(report['machine'])} at the start, load average "
+        f"{report['load_average_end']} at the end (other jobs shared the machine). Picker "
+        "pinned to core "
         f"{PICKER_CORE}, load generator and fake engines on core {CLIENT_CORE}.",
         "",
         f"Workload: chat bodies in {CHUNK_BYTES // 1024} KiB chunks, 16 shared system prompts; "
@@ -535,11 +496,8 @@ def markdown(report: dict) -> str:
             f"| {row['prompt_bytes'] // 1000} KB | {row['body_bytes']} | {row['body_reader_us']} "
             f"| {row['whole_parse_us']} |"
         )
-    goal_rows = [r for r in report["grid"] if r["streams"] == GOAL["streams"]]
-    met = all(
-        r["pick_p50_ms"] <= GOAL["p50_ms"] and r["pick_p99_ms"] <= GOAL["p99_ms"] for r in goal_rows
-    )
-    lines += ["", f"Goal at {GOAL['streams']} streams: {'met' if met else 'missed'}.", ""]
+    met = "met" if report["goal_met"] else "missed"
+    lines += ["", f"Goal at {GOAL['streams']} streams: {met}.", ""]
     return "\n".join(lines)
 
 
@@ -548,10 +506,21 @@ def markdown(report: dict) -> str:
 @click.option("--serve-baseline", type=int, hidden=True, help="Run the baseline server.")
 @click.option("--response-chunks", default=32, show_default=True)
 @click.option("--chunk-interval-ms", default=50.0, show_default=True)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS,
+    show_default=True,
+    help="Where picker-latency.json and .md are written.",
+)
 def main(
-    seconds: float, serve_baseline: int | None, response_chunks: int, chunk_interval_ms: float
+    seconds: float,
+    serve_baseline: int | None,
+    response_chunks: int,
+    chunk_interval_ms: float,
+    out_dir: Path,
 ) -> None:
-    """Measure the endpoint picker's pick latency and write bench/results/picker-latency.*."""
+    """Measure the endpoint picker's pick latency; write picker-latency.json and .md."""
     if serve_baseline is not None:
         uvloop.run(run_baseline_server(serve_baseline))
         return
@@ -561,7 +530,8 @@ def main(
     grid, plaintext, baseline = uvloop.run(measure(seconds, response_chunks, chunk_interval_ms))
     report = {
         "machine": state,
-        "load_after": round(os.getloadavg()[0], 2),
+        "benchmark": NAME,
+        "load_average_end": load_average_1m(),
         "seconds": seconds,
         "response_chunks": response_chunks,
         "chunk_interval_ms": chunk_interval_ms,
@@ -569,13 +539,12 @@ def main(
         "goal": GOAL,
         "anchor": ANCHOR,
         "grid": grid,
+        "goal_met": goal_met(grid),
         "plaintext": plaintext,
         "baseline": baseline,
         "decode": decode,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "picker-latency.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "picker-latency.md").write_text(markdown(report))
+    write_results(out_dir, NAME, report, markdown(report))
     print(markdown(report))
 
 

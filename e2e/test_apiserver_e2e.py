@@ -26,7 +26,7 @@ from prefixserving import constants, kinds
 from prefixserving.api import crd, validation
 from prefixserving.api import types as t
 from prefixserving.controller.kube import Kube, KubeError
-from prefixserving.testing import prefixserving_body, wait_for
+from prefixserving_lab.testing import prefixserving_body, wait_for
 
 wait_for = partial(wait_for, timeout_s=120.0, interval_s=1.0)
 

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prefixserving import constants
 from prefixserving.api import lifecycle, names
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kube
-from prefixserving.testing import prefixserving_body, wait_for
+from prefixserving_lab.testing import prefixserving_body, wait_for
 
 wait_for = partial(wait_for, timeout_s=300.0, interval_s=2.0)
 ROOT = Path(__file__).resolve().parents[1]

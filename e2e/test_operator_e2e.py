@@ -13,7 +13,7 @@ from prefixserving.api.validation import parse_resource
 from prefixserving.controller.handlers.reconcile import CHILD_KINDS
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, PREFIX_SERVING, Kube
 from prefixserving.render import render_children
-from prefixserving.testing import prefixserving_body, wait_for
+from prefixserving_lab.testing import prefixserving_body, wait_for
 
 # A real cluster is slower than the emulator: poll every second, for up to two minutes.
 wait_for = partial(wait_for, timeout_s=120.0, interval_s=1.0)

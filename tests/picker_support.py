@@ -1,5 +1,6 @@
-"""Driving the endpoint picker as Envoy's ext_proc filter does: the messages a gateway sends,
-an in-process picker (grpc.aio in the test's event loop) and a client for one stream.
+"""Driving the endpoint picker as Envoy's ext_proc filter does: an in-process picker (grpc.aio
+in the test's event loop) and a client for one stream; the messages a gateway sends are
+``prefixserving_lab.runners.gateway``'s.
 
 What this double does not do that Envoy does: route the request to the picked endpoint,
 retry down the fallback list, apply the header mutation, or time out a slow picker (the
@@ -15,97 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue, Metadata
-from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
-from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    HttpBody,
-    HttpHeaders,
-    HttpTrailers,
-    ProcessingRequest,
-    ProcessingResponse,
-    ProtocolConfiguration,
-)
-from google.protobuf.struct_pb2 import Struct
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from prefixserving.router.app import Router
+from prefixserving.router.app import Router, RouterConfig
 from prefixserving.router.backends import BackendPool, PoolConfig
-from prefixserving.router.picker import protocol
 from prefixserving.router.picker.server import PickerServer
 from prefixserving.router.picker.stream import PickerConfig
 from prefixserving.router.policies.base import RoutingPolicy
 from prefixserving.router.policies.registry import make_policy
 from prefixserving.router.prefix_hashing import KeyConfig
-
-FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
-CHAT = "/v1/chat/completions"
-
-
-def modes(
-    request: int = FULL_DUPLEX, response: int = FULL_DUPLEX, body_first: bool = False
-) -> ProtocolConfiguration:
-    return ProtocolConfiguration(
-        request_body_mode=request,  # type: ignore[arg-type]
-        response_body_mode=response,  # type: ignore[arg-type]
-        send_body_without_waiting_for_header_response=body_first,
-    )
-
-
-def request_headers(
-    path: str = CHAT,
-    *,
-    method: str = "POST",
-    headers: Iterable[tuple[str, str]] = (("content-type", "application/json"),),
-    end_of_stream: bool = False,
-    subset: Iterable[str] | None = None,
-    config: ProtocolConfiguration | None = None,
-) -> ProcessingRequest:
-    """The first message of a stream, as Envoy sends it (pseudo-headers, raw values)."""
-    items = [(":method", method), (":path", path), (":authority", "gateway"), *headers]
-    message = ProcessingRequest(
-        request_headers=HttpHeaders(
-            headers=HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in items]),
-            end_of_stream=end_of_stream,
-        )
-    )
-    if subset is not None:
-        hint = Struct()
-        hint.update({protocol.SUBSET_KEY: list(subset)})
-        message.metadata_context.filter_metadata[protocol.SUBSET_NAMESPACE].CopyFrom(hint)
-    if config is not None:
-        message.protocol_config.CopyFrom(config)
-    return message
-
-
-def request_body(chunk: bytes, end_of_stream: bool = False) -> ProcessingRequest:
-    return ProcessingRequest(request_body=HttpBody(body=chunk, end_of_stream=end_of_stream))
-
-
-def request_trailers() -> ProcessingRequest:
-    return ProcessingRequest(request_trailers=HttpTrailers())
-
-
-def response_headers(status: int = 200, served: str | None = None) -> ProcessingRequest:
-    message = ProcessingRequest(
-        response_headers=HttpHeaders(
-            headers=HeaderMap(
-                headers=[
-                    HeaderValue(key=":status", raw_value=str(status).encode()),
-                    HeaderValue(key="content-type", raw_value=b"text/event-stream"),
-                ]
-            )
-        ),
-        metadata_context=Metadata(),
-    )
-    if served is not None:
-        metadata = Struct()
-        metadata.update({protocol.SERVED_KEY: served})
-        message.metadata_context.filter_metadata[protocol.DESTINATION_NAMESPACE].CopyFrom(metadata)
-    return message
-
-
-def response_body(chunk: bytes, end_of_stream: bool = False) -> ProcessingRequest:
-    return ProcessingRequest(response_body=HttpBody(body=chunk, end_of_stream=end_of_stream))
+from prefixserving_lab.runners.gateway import chunks, picked, request_body, request_headers
 
 
 def chat_body(content: str, model: str = "base", **extra: Any) -> bytes:
@@ -114,18 +35,12 @@ def chat_body(content: str, model: str = "base", **extra: Any) -> bytes:
     ).encode()
 
 
-def chunks(raw: bytes, size: int) -> list[bytes]:
-    return [raw[i : i + size] for i in range(0, len(raw), size)] or [b""]
-
-
 def picker_router(
     backends: Iterable[str],
     policy: RoutingPolicy | None = None,
     pool_config: PoolConfig | None = None,
     max_body_bytes: int | None = None,
 ) -> Router:
-    from prefixserving.router.app import RouterConfig
-
     config = RouterConfig(max_body_bytes=max_body_bytes) if max_body_bytes else None
     return Router(
         pool=BackendPool(static=list(backends), config=pool_config),
@@ -185,16 +100,6 @@ class Stream:
         while (answer := await self.call.read()) is not grpc.aio.EOF:
             rest.append(answer)
         return rest
-
-
-def picked(answer: ProcessingResponse) -> tuple[str, str]:
-    """(header value, dynamic metadata value) of a pick in a headers or body answer."""
-    which = answer.WhichOneof("response")
-    common = getattr(answer, which).response
-    (option,) = common.header_mutation.set_headers
-    assert option.header.key == protocol.DESTINATION_KEY
-    metadata = answer.dynamic_metadata.fields[protocol.DESTINATION_NAMESPACE].struct_value
-    return option.header.raw_value.decode(), metadata.fields[protocol.DESTINATION_KEY].string_value
 
 
 async def pick(picker: RunningPicker, raw: bytes, chunk_bytes: int = 1 << 16) -> str:

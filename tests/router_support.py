@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ import uvicorn
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
@@ -22,7 +20,9 @@ from prefixserving.router.policies.base import (
 )
 from prefixserving.router.prefix_hashing import KeyConfig
 from prefixserving.router.server import uvicorn_config
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
+from prefixserving_lab.testing import wait_for
 
 FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)
 
@@ -109,9 +109,7 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 @contextlib.contextmanager
 def engine_in_thread(engine: FakeEngine) -> Iterator[str]:
     """A fake engine served by uvicorn in a background thread (the router is a subprocess)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     server = uvicorn.Server(fake_engine_config(engine, port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

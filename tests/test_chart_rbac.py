@@ -19,7 +19,7 @@ from conftest import tool
 from prefixserving import kinds
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
-from prefixserving.testing import prefixserving_body
+from prefixserving_lab.testing import prefixserving_body
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "prefixserving-operator"
 NAMESPACES = ["llm", "batch"]

@@ -9,8 +9,16 @@ import pytest
 from click.testing import CliRunner
 
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
-from prefixserving.sim.baselines import KubeaiChwblPolicy, SglangCacheAwarePolicy, make_sim_policy
-from prefixserving.sim.cluster_bench import (
+from prefixserving_lab.cli.cluster import cluster
+from prefixserving_lab.machine import machine
+from prefixserving_lab.models.peer_routers import (
+    KubeaiChwblPolicy,
+    SglangCacheAwarePolicy,
+    make_sim_policy,
+)
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.reports.cluster import render_markdown
+from prefixserving_lab.runners.cluster import (
     RunRow,
     Workload,
     auto_cache_blocks,
@@ -18,10 +26,7 @@ from prefixserving.sim.cluster_bench import (
     run_one,
     verdicts,
 )
-from prefixserving.sim.cluster_cli import cluster
-from prefixserving.sim.cluster_report import render_markdown
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.workloads import SharedPrefixGroups, scale_arrivals
+from prefixserving_lab.workloads.blocks import SharedPrefixGroups, scale_arrivals
 
 BACKENDS = ("a", "b", "c", "d")
 
@@ -117,7 +122,7 @@ def test_default_verdict_follows_the_deployed_router_count() -> None:
         _row("prefix_affinity", 0.57, 1.10, routers=2),
         _row("two_choice", 0.52, 1.05, routers=2),
     ]
-    meta = {"command": "c", "machine": "m", "wall_s": 1.0, "service": "s", "utilization": 0.5}
+    meta = {"command": "c", "machine": machine(), "wall_s": 1.0, "service": "s", "utilization": 0.5}
     deployed_two = render_markdown(rows, verdicts(rows), {**meta, "deployed_routers": 2})
     assert "| 1 | 1 of 1 |" in deployed_two and "| 2 | 0 of 1 |" in deployed_two
     assert "default should be **prefix-affinity**" in deployed_two

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefixserving.sim.replica import BlockCache, Job, Replica, ServiceModel
+from prefixserving_lab.models.replica import BlockCache, Job, Replica, ServiceModel
 
 
 def test_hits_count_only_the_leading_run_of_cached_blocks() -> None:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from prefixserving.router.policies.registry import make_policy
-from prefixserving.sim.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.traces import TraceRequest, load_mooncake
-from prefixserving.sim.workloads import (
+from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.workloads.blocks import (
     SharedPrefixGroups,
     chain_block_ids,
     ideal_hit_rate,
     scale_arrivals,
 )
+from prefixserving_lab.workloads.traces import TraceRequest, load_mooncake
 
 FAST = ServiceModel(
     prefill_s_per_token=0.001, prefill_overhead_s=0.0, decode_s_per_token=0.01, block_tokens=4

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.test_engine_vllm_scheduler import make_request, shared_prompt
 
-from prefixserving.engine.replay.engine import EngineShape, build_scheduler
 from prefixserving.engine.vllm import PeekScheduler
 from prefixserving.peek.metrics import ENV_METRICS_FILE, SnapshotCollector
+from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
 
 pytestmark = pytest.mark.slow  # imports vLLM
 

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from prefixserving.stack.engines import MODEL_NAME, sum_metric
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, sum_metric
+from prefixserving_lab.testing import wait_for
 
 SHARED_TOKENS = 1024  # 8 blocks of vLLM's CPU default block size (128)
 SIBLINGS = 5

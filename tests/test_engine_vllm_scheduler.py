@@ -16,9 +16,9 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from prefixserving import constants
-from prefixserving.engine.replay.engine import EngineShape, build_scheduler, fast_block_hash
 from prefixserving.engine.vllm import PeekAsyncScheduler, PeekRequestQueue, PeekScheduler
 from prefixserving.peek.settings import PeekSettings
+from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler, fast_block_hash
 
 pytestmark = pytest.mark.slow  # imports vLLM
 

@@ -25,9 +25,9 @@ from vllm.v1.kv_cache_interface import (
 from vllm.v1.request import RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
-from prefixserving.engine.replay.engine import EngineShape, _vllm_config, build_scheduler
-from prefixserving.engine.replay.harness import fabricate_output
 from prefixserving.engine.vllm import PeekScheduler
+from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler, vllm_config_for
+from prefixserving_lab.runners.replay import fabricate_output
 
 pytestmark = pytest.mark.slow  # imports vLLM
 
@@ -38,7 +38,7 @@ CHUNKED = EngineShape(
 
 def scheduler_with(shape: EngineShape = CHUNKED, **config_changes: object) -> PeekScheduler:
     """``build_scheduler(PeekScheduler, shape)`` with attributes of the VllmConfig changed."""
-    vllm_config = _vllm_config(shape)
+    vllm_config = vllm_config_for(shape)
     for path, value in config_changes.items():
         owner = vllm_config
         *parents, attribute = path.split("__")
@@ -161,7 +161,7 @@ def test_a_preempted_pioneer_hands_its_siblings_back() -> None:
 
 
 def test_a_hybrid_kv_layout_keeps_vllms_order() -> None:
-    vllm_config = _vllm_config(CHUNKED)
+    vllm_config = vllm_config_for(CHUNKED)
     vllm_config.cache_config.num_gpu_blocks = CHUNKED.num_blocks
     full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     window = SlidingWindowSpec(

@@ -29,8 +29,6 @@ import json
 import os
 import re
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -45,9 +43,11 @@ import yaml
 from prefixserving import constants
 from prefixserving.api.types import PrefixServing
 from prefixserving.api.validation import parse_scaling_policy
+from prefixserving.cli import LAB_INSTALL, LAB_MISSING_EXIT, LAB_PACKAGE
 from prefixserving.render import render_children
 from prefixserving.render.environment import TEMPLATES_ENV, TemplatesMissingError, load_templates
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
 from render_examples import EXAMPLES, rendered, resource_examples
 from support.dockerfile_replay import (
     BuildFailed,
@@ -159,6 +159,8 @@ def test_dockerignore_keeps_only_what_the_images_copy(tmp_path: Path) -> None:
         "operator/prefixserving/__pycache__/cli.cpython-311.pyc",
         "operator/prefixserving.egg-info/PKG-INFO",
         "build/lib/prefixserving/cli.py",
+        "bench/pyproject.toml",
+        "bench/prefixserving_lab/__init__.py",
     }
     for name in kept | left_out:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
@@ -232,13 +234,29 @@ def test_image_runs_its_own_package(name: str, request: pytest.FixtureRequest) -
     image: Image = request.getfixturevalue(f"{name}_image")
     assert all(run.startswith("useradd ") for run in image.runs), "final stage installs more"
     code = "import importlib.util, prefixserving; "
-    code += "print(prefixserving.__file__, importlib.util.find_spec('vllm') is None)"
+    code += "print(prefixserving.__file__, importlib.util.find_spec('vllm') is None, "
+    code += f"importlib.util.find_spec({LAB_PACKAGE!r}) is None)"
     result = run_in(image, "-c", code, entrypoint="python")
     assert result.returncode == 0, result.stderr
-    package_file, no_vllm = result.stdout.split()
+    package_file, no_vllm, no_lab = result.stdout.split()
     assert Path(package_file).is_relative_to(image.root)
     assert no_vllm == "True", "vLLM is not a dependency of the router and operator images"
+    assert no_lab == "True", "the lab (bench/) is not in the images"
     assert_ships_every_template(Path(package_file).parent)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["operator", "router"])
+def test_image_lab_commands_say_how_to_install_the_lab(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """The benchmarks are not in the image: ``prefixserving bench cluster`` says so in one line
+    and exits 2, instead of a traceback."""
+    image: Image = request.getfixturevalue(f"{name}_image")
+    result = run_in(image, "bench", "cluster", "--replicas", "4", entrypoint="prefixserving")
+    assert result.returncode == LAB_MISSING_EXIT, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.endswith(LAB_INSTALL) and "not installed" in line
 
 
 @pytest.mark.slow
@@ -294,12 +312,6 @@ def test_operator_image_renders_every_example(
     assert list(yaml.safe_load_all(result.stdout)) == expected
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process) -> httpx.Response:
     """``GET /readyz`` until it answers 200 (the router found its backend healthy)."""
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -316,7 +328,7 @@ async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process)
 @pytest.mark.slow
 async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None:
     engine = FakeEngine(name="e0")
-    port = _free_port()
+    port = free_port()
     async with serving(fake_engine_config(engine)) as backend:
         args = ["--host", "127.0.0.1", "--port", str(port), "--backend", backend]
         process = await asyncio.create_subprocess_exec(
@@ -349,10 +361,16 @@ async def test_router_image_runs_the_endpoint_picker(router_image: Image) -> Non
     import grpc
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 
-    from picker_support import chat_body, picked, request_body, request_headers
+    from picker_support import chat_body
+    from prefixserving_lab.runners.gateway import (
+        picked,
+        request_body,
+        request_headers,
+        trusting_credentials,
+    )
 
     engine = FakeEngine(name="e0")
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_port(), free_port()
     async with serving(fake_engine_config(engine)) as backend:
         args = ["--mode", "endpoint-picker", "--host", "127.0.0.1", "--port", str(port)]
         args += ["--grpc-port", str(grpc_port), "--backend", backend]
@@ -366,9 +384,7 @@ async def test_router_image_runs_the_endpoint_picker(router_image: Image) -> Non
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 await _ready(client, process)
-            certificate = ssl.get_server_certificate(("127.0.0.1", grpc_port)).encode()
-            credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
-            options = [("grpc.ssl_target_name_override", "localhost")]
+            credentials, options = trusting_credentials("127.0.0.1", grpc_port)
             target = f"127.0.0.1:{grpc_port}"
             async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
                 call = external_processor_pb2_grpc.ExternalProcessorStub(channel).Process()
@@ -403,6 +419,7 @@ def test_engine_image_builds_the_scheduler_the_operator_names(
     assert Path(built["module_file"]).is_relative_to(engine_site)
     assert built["scheduled_tokens"] == 0
     assert_ships_every_template(engine_site / "prefixserving")
+    assert not (engine_site / LAB_PACKAGE).exists(), "the lab (bench/) is not in the images"
 
 
 def without_copy_of(path: Path, source: str, out: Path) -> Path:

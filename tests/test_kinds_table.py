@@ -10,7 +10,7 @@ from prefixserving import constants, kinds
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import CHILDREN, children
 from prefixserving.render.children import Child, render_children
-from prefixserving.testing import prefixserving_body
+from prefixserving_lab.testing import prefixserving_body
 
 
 def test_children_rows_name_exactly_the_child_kinds_of_the_table() -> None:

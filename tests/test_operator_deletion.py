@@ -14,8 +14,8 @@ import pytest
 
 from prefixserving.controller.settings import FINALIZER
 from prefixserving.kinds import PREFIX_SERVING
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.operator_harness import Harness
 
 

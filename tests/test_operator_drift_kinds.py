@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from prefixserving import kinds
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.kube_emulator import resources
 from support.operator_harness import Harness
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, Kube, KubeError, load_api_client
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import wait_for
 from support.kube_emulator import EmulatorThread, resources
 
 CONFIGMAP = KINDS[("v1", "ConfigMap")]

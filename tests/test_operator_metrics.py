@@ -17,9 +17,9 @@ from prefixserving.api import lifecycle
 from prefixserving.controller import status_metrics
 from prefixserving.controller.kube import DEPLOYMENT
 from prefixserving.peek.metrics import PEEK_INFO
-from prefixserving.stack.prometheus import running_prometheus
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.stack.prometheus import running_prometheus
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.operator_harness import Harness
 
 NAMESPACE, NAME = "t-metrics", "chat"

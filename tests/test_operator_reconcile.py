@@ -17,8 +17,8 @@ from prefixserving.api.validation import parse_resource
 from prefixserving.controller.handlers import reconcile as reconcile_module
 from prefixserving.controller.kube import DEPLOYMENT, KINDS, POD
 from prefixserving.render import render_children
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.kube_emulator import resources
 from support.operator_harness import Harness
 

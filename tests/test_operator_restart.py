@@ -10,8 +10,8 @@ import pytest
 from prefixserving.api import lifecycle
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.operator_harness import Harness
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from prefixserving.api import lifecycle
 from prefixserving.controller.kube import KINDS
-from prefixserving.testing import prefixserving_body as resource
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import prefixserving_body as resource
+from prefixserving_lab.testing import wait_for
 from support.kube_emulator import resources
 from support.operator_harness import Harness
 

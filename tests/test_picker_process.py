@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,13 +18,21 @@ from click.testing import CliRunner
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from picker_support import chat_body, picked, request_body, request_headers, response_body
-from picker_support import response_headers as response_headers_message
+from picker_support import chat_body
 from prefixserving import constants
 from prefixserving.cli import main
-from prefixserving.router.fake_engine import FakeEngine
 from prefixserving.router.picker import protocol
 from prefixserving.router.picker.server import self_signed_certificate
+from prefixserving_lab.runners.fake_engine import FakeEngine
+from prefixserving_lab.runners.gateway import (
+    picked,
+    request_body,
+    request_headers,
+    response_body,
+    trusting_credentials,
+)
+from prefixserving_lab.runners.gateway import response_headers as response_headers_message
+from prefixserving_lab.runners.stack.processes import free_port
 from router_support import engine_in_thread
 from support.processes import wait_for_answer
 
@@ -68,15 +74,9 @@ def test_the_self_signed_certificate_is_one_grpc_serves() -> None:
     grpc.ssl_server_credentials([(key, certificate)])  # raises on a bad pair
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def picker_command(*backends: str) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     command = [
         sys.executable, "-m", "prefixserving.cli", "router", "--mode", "endpoint-picker",
         "--host", "127.0.0.1", "--port", str(http_port), "--grpc-port", str(grpc_port),
@@ -101,10 +101,8 @@ def test_the_picker_process_picks_over_tls_and_serves_what_warm_up_asks() -> Non
     ):
         base = f"http://127.0.0.1:{http_port}"
         wait_for_answer(process, f"{base}/readyz", 200)
-        certificate = ssl.get_server_certificate(("127.0.0.1", grpc_port)).encode()
-        credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
+        credentials, options = trusting_credentials("127.0.0.1", grpc_port)
         target = f"127.0.0.1:{grpc_port}"
-        options = [("grpc.ssl_target_name_override", "localhost")]
         with grpc.secure_channel(target, credentials, options=options) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             for service in (protocol.LIVENESS, protocol.READINESS, protocol.EXT_PROC_SERVICE):

@@ -16,22 +16,7 @@ import pytest
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from picker_support import (
-    CHAT,
-    Stream,
-    chat_body,
-    chunks,
-    modes,
-    pick,
-    picked,
-    picker_router,
-    request_body,
-    request_headers,
-    request_trailers,
-    response_body,
-    response_headers,
-    running_picker,
-)
+from picker_support import Stream, chat_body, pick, picker_router, running_picker
 from prefixserving import constants
 from prefixserving.router.app import build_admin_app
 from prefixserving.router.picker import protocol
@@ -39,7 +24,18 @@ from prefixserving.router.picker.stream import PickerConfig
 from prefixserving.router.policies.base import RoutingContext
 from prefixserving.router.policies.registry import make_policy
 from prefixserving.router.prefix_hashing import KeyConfig, chat_key
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.runners.gateway import (
+    CHAT,
+    chunks,
+    modes,
+    picked,
+    request_body,
+    request_headers,
+    request_trailers,
+    response_body,
+    response_headers,
+)
+from prefixserving_lab.testing import wait_for_async
 from router_support import FAST_POOL, fake_engines, metric_value, running_router
 
 BACKENDS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"]

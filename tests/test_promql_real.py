@@ -44,9 +44,9 @@ from conftest import ROOT, tool
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import dashboard, promql
 from prefixserving.render import render_children
-from prefixserving.stack.engines import MODEL_NAME, Engine, sum_metric
-from prefixserving.stack.prometheus import Prometheus, running_prometheus
-from prefixserving.testing import wait_for
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, Engine, sum_metric
+from prefixserving_lab.runners.stack.prometheus import Prometheus, running_prometheus
+from prefixserving_lab.testing import wait_for
 
 NAMESPACE = "llm"
 NAME = "demo"

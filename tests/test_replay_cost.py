@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from prefixserving.engine.replay.calibrate import Point, fit
-from prefixserving.engine.replay.cost import CostModel, StepShape
+from prefixserving_lab.models.cost import CostModel, StepShape
+from prefixserving_lab.runners.calibration import Point, fit
 
 MODEL = CostModel(base_s=0.01, prefill_token_s=4e-5, decode_seq_s=5e-4, context_token_s=2e-8)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from prefixserving.engine.replay.cost import CostModel
-from prefixserving.engine.replay.engine import EngineShape
-from prefixserving.engine.replay.harness import replay
-from prefixserving.engine.replay.metrics import summarize
-from prefixserving.engine.replay.policies import POLICIES, scheduler_class
-from prefixserving.engine.replay.workloads import (
+from prefixserving_lab.models.cost import CostModel
+from prefixserving_lab.models.replay_engine import EngineShape
+from prefixserving_lab.models.schedulers.registry import POLICIES, scheduler_class
+from prefixserving_lab.runners.replay import replay
+from prefixserving_lab.runners.replay_metrics import summarize
+from prefixserving_lab.workloads.segments import (
     NS_COLD,
     NS_QUESTION,
     NS_SYSTEM,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixserving.engine.replay import report
+from prefixserving_lab.reports import replay as report
 
 
 def metrics(hit: float, p50: float, p99: float, cold_p99: float | None, rps: float) -> dict:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from prefixserving.engine.replay import suite, workloads
-from prefixserving.engine.replay.cost import CostModel
-from prefixserving.engine.replay.engine import EngineShape
+from prefixserving_lab.models.cost import CostModel
+from prefixserving_lab.models.replay_engine import EngineShape
+from prefixserving_lab.workloads import replay_suite as suite
+from prefixserving_lab.workloads import segments as workloads
 
 pytestmark = pytest.mark.slow  # imports vLLM
 

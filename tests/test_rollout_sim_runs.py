@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from prefixserving.sim.conversations import BurstSchedule, ConversationShape, compress
-from prefixserving.sim.fleet import PodLifecycle
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.report import hit_rate
-from prefixserving.sim.rollout import RolloutRun, RolloutSetup, compare, run_rollout
-from prefixserving.sim.scaling import fresh_outcomes
-from prefixserving.sim.traces import TraceRequest
+from prefixserving_lab.models.cluster import hit_rate
+from prefixserving_lab.models.fleet import PodLifecycle
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.models.rollout import RolloutSetup
+from prefixserving_lab.runners.rollout import RolloutRun, compare, run_rollout
+from prefixserving_lab.runners.scaling import fresh_outcomes
+from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
+from prefixserving_lab.workloads.traces import TraceRequest
 
 SETUP = RolloutSetup(
     schedule=BurstSchedule(duration_s=600.0, base_scale=1.0, bursts=()),

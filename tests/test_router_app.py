@@ -11,7 +11,7 @@ import pytest
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
 from prefixserving.router.exposition import LatencyHistogram
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.testing import wait_for_async
 from router_support import completion, fake_engines, metric_value, running_router
 
 

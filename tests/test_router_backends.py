@@ -11,8 +11,8 @@ from prefixserving.router.backends import (
     parse_load,
     system_resolver,
 )
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.testing import wait_for_async
 from router_support import completion, fake_engines, metric_value, running_router
 
 

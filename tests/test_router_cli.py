@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,8 @@ from click.testing import CliRunner
 
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
-from prefixserving.router.fake_engine import FakeEngine
+from prefixserving_lab.runners.fake_engine import FakeEngine
+from prefixserving_lab.runners.stack.processes import free_port
 from router_support import engine_in_thread
 from support.processes import wait_for_answer
 
@@ -61,15 +61,9 @@ def test_json_log_lines() -> None:
     assert line["level"] == "warning" and line["msg"] == "ejected x"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_router_process_serves_health_and_readiness() -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [
@@ -125,7 +119,7 @@ def _worker_pids(parent: int) -> list[int]:
 @pytest.mark.slow
 def test_workers_share_the_port_and_stop_together() -> None:
     engine = FakeEngine(name="e0")
-    port = _free_port()
+    port = free_port()
     with engine_in_thread(engine) as url:
         command = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
         command += ["--port", str(port), "--backend", url, "--workers", "2"]

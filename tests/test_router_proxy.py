@@ -10,14 +10,14 @@ import uvicorn
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool
-from prefixserving.router.fake_engine import serving
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
     RoutingContext,
     RoutingPolicy,
 )
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.runners.fake_engine import serving
+from prefixserving_lab.testing import wait_for_async
 from router_support import (
     FAST_POOL,
     FirstPolicy,

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from prefixserving.router.policies.registry import make_policy
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.testing import wait_for_async
 from router_support import completion, fake_engines, metric_value, running_router
 
 GROUPS = [f"Group {g}: " + f"shared document number {g} with many words. " * 6 for g in range(12)]

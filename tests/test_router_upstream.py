@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from prefixserving.router.upstream import HIGH_WATER_BYTES, UpstreamError, UpstreamPool
-from prefixserving.testing import wait_for_async
+from prefixserving_lab.testing import wait_for_async
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 

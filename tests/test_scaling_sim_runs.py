@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from prefixserving.sim.conversations import BurstSchedule, ConversationShape, compress
-from prefixserving.sim.fleet import PodLifecycle
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.scaling import ScalingOutcome, ScalingSetup, run_scaling
-from prefixserving.sim.traces import TraceRequest
+from prefixserving_lab.models.fleet import PodLifecycle
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.models.scaling import ScalingSetup
+from prefixserving_lab.runners.scaling import ScalingOutcome, run_scaling
+from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
+from prefixserving_lab.workloads.traces import TraceRequest
 
 SCHEDULE = BurstSchedule(
     duration_s=900.0, base_scale=1.0, burst_scale=6.0, bursts=((300.0, 450.0),)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from prefixserving.router.policies.registry import make_policy
-from prefixserving.sim.cluster import ClusterSim
-from prefixserving.sim.conversations import BurstSchedule, ConversationShape, compress
-from prefixserving.sim.fleet import Fleet, HotPrefixWindow, PodLifecycle, deepest
-from prefixserving.sim.replica import ServiceModel
-from prefixserving.sim.traces import TraceRequest
-from prefixserving.sim.workloads import chain_block_ids
+from prefixserving_lab.models.cluster import ClusterSim
+from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle, deepest
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.workloads.blocks import chain_block_ids
+from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
+from prefixserving_lab.workloads.traces import TraceRequest
 
 
 def steady_trace(count: int, every_s: float = 1.0, tokens: int = 1000) -> list[TraceRequest]:

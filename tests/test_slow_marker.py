@@ -83,3 +83,37 @@ def test_the_fast_lane_does_not_import_a_module_marked_slow_as_a_whole(suite: Pa
     assert "1 failed, 1 passed" in fast.stdout, fast.stdout
     everything = run_pytest(suite)
     assert "RuntimeError: imported" in everything.stdout
+
+
+# A package whose engine submodule imports (a stand-in) vllm; the api submodule does not.
+PACKAGE_FILES = {
+    "vllm/__init__.py": "",
+    "pkg/__init__.py": "",
+    "pkg/api.py": "VALUE = 1\n",
+    "pkg/engine.py": "import vllm\n",
+    "pkg/lazy.py": (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import vllm\n"
+        "def later():\n    import vllm\n"
+    ),
+    # Collected first: after it, the package ``pkg`` has an ``engine`` attribute.
+    "test_a_engine.py": "import pytest\nimport pkg.engine\npytestmark = pytest.mark.slow\n"
+    "def test_engine():\n    assert pkg.engine\n",
+    "test_b_api.py": "import pkg.api\nimport pkg.lazy\ndef test_api():\n    assert pkg.api.VALUE\n",
+    "test_c_engine_unmarked.py": "from pkg import engine\ndef test_engine():\n    assert engine\n",
+}
+
+
+@pytest.mark.slow  # runs pytest in a process
+def test_a_module_imports_vllm_by_its_source_not_by_what_earlier_tests_imported(
+    suite: Path,
+) -> None:
+    (suite / "test_mixed.py").unlink()
+    for name, text in PACKAGE_FILES.items():
+        (suite / name).parent.mkdir(exist_ok=True)
+        (suite / name).write_text(text)
+    done = run_pytest(suite)
+    assert "1 failed, 2 passed" in done.stdout, done.stdout
+    (failure,) = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert "test_c_engine_unmarked.py::test_engine" in failure
+    assert "imports vllm when its module test_c_engine_unmarked is imported" in done.stdout

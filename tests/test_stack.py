@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prefixserving.stack.demo import DemoWorkload, StackResult, markdown
-from prefixserving.stack.engines import MODEL_NAME
+from prefixserving_lab.reports.demo import markdown
+from prefixserving_lab.runners.stack.demo import DemoWorkload, StackResult
+from prefixserving_lab.runners.stack.engines import MODEL_NAME
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

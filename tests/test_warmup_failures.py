@@ -14,14 +14,14 @@ import pytest
 from tests.router_support import completion, metric_value, running_router
 from tests.warmup_support import UsageEngine
 
-from prefixserving.router.fake_engine import FakeEngine, fake_engine_config, serving
 from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
-from prefixserving.stack.engines import free_port
-from prefixserving.testing import wait_for_async
 from prefixserving.warmup.events import build_event, emit_timeout_event, pod_identity
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.server import build_app
 from prefixserving.warmup.state import WarmupState
+from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
+from prefixserving_lab.testing import wait_for_async
 from support.processes import wait_for_answer
 
 

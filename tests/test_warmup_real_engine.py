@@ -17,7 +17,7 @@ import httpx
 import pytest
 from tests.router_support import metric_value
 
-from prefixserving.stack.engines import free_port
+from prefixserving_lab.runners.stack.processes import free_port
 from support.processes import wait_for_answer
 
 # About 480 BERT tokens: three full 128-token blocks.

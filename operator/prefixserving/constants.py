@@ -53,6 +53,13 @@ OPERATOR_HEALTH_PORT: Final = 8081
 # many blocks deep (4 KiB of leading text), so long system prompts still separate by what follows.
 ROUTER_BLOCK_CHARS: Final = 128
 ROUTER_PREFIX_BLOCKS: Final = 32
+# The router's load bound: the largest load relative to the mean a backend may reach before a
+# prefix spills to its next backend (``--load-bound``, ``spec.router.loadBound``).
+ROUTER_LOAD_BOUND: Final = 1.25
+# The endpoint picker: TLS on its gRPC port (``--secure-serving``), and the requests waiting on
+# every engine at which it answers 429, 0 for never (``--shed-waiting-requests``).
+PICKER_SECURE_SERVING: Final = True
+PICKER_SHED_WAITING_REQUESTS: Final = 0
 
 # The scheduler class vLLM loads through --scheduler-cls when policy is "peek".
 PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"
@@ -82,12 +89,18 @@ METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_blo
 METRIC_ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
 
 # Warm-up sidecar: the Event reason it emits on timeout, the Downward API environment the
-# engine pod template sets for it, and the path of the prompts file it reads.
+# engine pod template sets for it, the path of the prompts file it reads, and the metrics it
+# exports (prefixserving.warmup.state; read by alerts and the dashboard), as exposed.
 REASON_WARMUP_TIMED_OUT: Final = "WarmupTimedOut"
 ENV_POD_NAME: Final = "POD_NAME"
 ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
 ENV_POD_UID: Final = "POD_UID"
 ENV_POD_IP: Final = "POD_IP"
 WARMUP_PROMPTS_FILE: Final = "/etc/prefixserving/warmup/prompts.json"
-METRIC_WARMUP_TIMEOUTS: Final = "prefixserving_warmup_timeouts_total"
 METRIC_WARMUP_READY: Final = "prefixserving_warmup_ready"
+METRIC_WARMUP_PREFIXES_PLANNED: Final = "prefixserving_warmup_prefixes_planned"
+METRIC_WARMUP_PREFIXES_WARMED: Final = "prefixserving_warmup_prefixes_warmed_total"
+METRIC_WARMUP_TOKENS_WARMED: Final = "prefixserving_warmup_tokens_warmed_total"
+METRIC_WARMUP_FAILURES: Final = "prefixserving_warmup_failures_total"
+METRIC_WARMUP_TIMEOUTS: Final = "prefixserving_warmup_timeouts_total"
+METRIC_WARMUP_DURATION: Final = "prefixserving_warmup_duration_seconds"

@@ -7,7 +7,7 @@ import subprocess
 
 import httpx
 
-from prefixserving.testing import wait_for
+from prefixserving_lab.testing import wait_for
 
 
 def wait_for_answer(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from prefixserving import constants
 from prefixserving.autoscaling import promql
 
 UID: Final = "prefixserving"
@@ -190,11 +191,11 @@ ROWS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 (
                     (
                         "sum by (pod, source) "
-                        f"({_engine('prefixserving_warmup_prefixes_warmed_total')})",
+                        f"({_engine(constants.METRIC_WARMUP_PREFIXES_WARMED)})",
                         "{{pod}} {{source}}",
                     ),
                     (
-                        f"sum by (pod) ({_engine('prefixserving_warmup_tokens_warmed_total')})",
+                        f"sum by (pod) ({_engine(constants.METRIC_WARMUP_TOKENS_WARMED)})",
                         "tokens {{pod}}",
                     ),
                 ),
@@ -205,7 +206,7 @@ ROWS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 "short",
                 (
                     (
-                        f"sum by (stage) ({_engine('prefixserving_warmup_failures_total')})",
+                        f"sum by (stage) ({_engine(constants.METRIC_WARMUP_FAILURES)})",
                         "failed {{stage}}",
                     ),
                     (f"count({_engine(promql.WARMUP_TIMEOUTS)} > 0)", "timed out"),
@@ -217,7 +218,7 @@ ROWS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
                 "s",
                 (
                     (
-                        f"max by (pod) ({_engine('prefixserving_warmup_duration_seconds')})",
+                        f"max by (pod) ({_engine(constants.METRIC_WARMUP_DURATION)})",
                         "{{pod}}",
                     ),
                 ),

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from prefixserving import constants
 from prefixserving.peek.metrics import PEEK_INFO
 
 # vLLM series (same names in vLLM 0.32 and 0.33).
@@ -53,9 +54,9 @@ PROCESS_START_TIME: Final = "process_start_time_seconds"
 # Router and warm-up series (prefixserving.router.exposition, prefixserving.warmup.state).
 ROUTER_DECISIONS: Final = "prefixserving_router_decisions_total"
 ROUTER_REQUESTS: Final = "prefixserving_router_requests_total"
-ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"
-ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
-WARMUP_TIMEOUTS: Final = "prefixserving_warmup_timeouts_total"
+ROUTER_NEW_FIRST_BLOCK_RATIO: Final = constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO
+ROUTER_HYGIENE_CAUSE: Final = constants.METRIC_ROUTER_HYGIENE_CAUSE
+WARMUP_TIMEOUTS: Final = constants.METRIC_WARMUP_TIMEOUTS
 # kube-state-metrics series of an HPA (KEDA's HPA too); used when max replicas is unknown.
 KSM_HPA_CURRENT: Final = "kube_horizontalpodautoscaler_status_current_replicas"
 KSM_HPA_MAX: Final = "kube_horizontalpodautoscaler_spec_max_replicas"

@@ -27,6 +27,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from prefixserving import constants
+from prefixserving.controller.settings import MAX_WORKERS
 
 # The kinds come from the one table (prefixserving.kinds); callers that talk to the API server
 # name them through this module.
@@ -60,6 +61,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
+# Threads that call the API server: kopf's handler executor and the periodic jobs' pool, plus
+# the main thread (urllib3 discards, then reopens, connections beyond its pool size).
+CONNECTIONS = 2 * MAX_WORKERS + 1
 STATUS_ATTEMPTS = 5
 
 
@@ -89,12 +93,17 @@ class KubeError(Exception):
 
 def load_api_client() -> ApiClient:
     """In-cluster service-account credentials when running in a pod, else the kubeconfig
-    (``$KUBECONFIG`` or ``~/.kube/config``)."""
+    (``$KUBECONFIG`` or ``~/.kube/config``). The connection pool keeps a connection for each
+    thread that may call the API server (``CONNECTIONS``), so none is opened per request."""
+    configuration = kubernetes.client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = kubernetes.client.Configuration()
         kubernetes.config.load_incluster_config(client_configuration=configuration)
-        return ApiClient(configuration)
-    return kubernetes.config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    else:
+        kubernetes.config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = CONNECTIONS
+    return ApiClient(configuration)
 
 
 class Kube:
@@ -103,6 +112,8 @@ class Kube:
     def __init__(self, api: ApiClient, field_manager: str = constants.FIELD_MANAGER) -> None:
         self.api = api
         self.field_manager = field_manager
+        # Read once: the client's host property re-reads the proxy environment on every call.
+        self._host = api.configuration.host
         self._discovery: dict[str, set[str] | None] = {}
         self._lock = threading.Lock()
 
@@ -124,6 +135,7 @@ class Kube:
             header_params=headers,
             body=body,
             auth_settings=["BearerToken"],
+            _host=self._host,
         )
         try:
             response = self.api.call_api(

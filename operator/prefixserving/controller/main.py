@@ -87,7 +87,8 @@ for _kind in CHILD_KINDS:
         _kind.plural,
         id=c.HANDLER_DRIFT,
         labels=OWNED,
-        when=lambda body, **_: reconcile.is_child_of_ours(body),
+        # A new child is the operator's own apply (reconcile.repair skips it): not even a call.
+        when=lambda type, body, **_: type != "ADDED" and reconcile.is_child_of_ours(body),
     )(child_event)
 
 

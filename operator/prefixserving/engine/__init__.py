@@ -1,2 +1,3 @@
-"""Engine adapters. ``engine.vllm`` is the only module in the project that imports vLLM's
-scheduler internals; it plugs PEEK into vLLM through ``--scheduler-cls``."""
+"""Engine adapters. ``engine.vllm`` is the only module of ``prefixserving`` that imports vLLM's
+scheduler internals; it plugs PEEK into vLLM through ``--scheduler-cls``. (The replay
+benchmark, in the lab, runs vLLM's scheduler too.)"""

@@ -40,10 +40,14 @@ class TemplatesMissingError(RuntimeError):
     """The templates folder does not exist or holds no template."""
 
 
+# Resolved once: every render asks for the folder, and resolving walks the path's links.
+PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
 def templates_dir() -> Path:
     """Folder the templates are read from."""
     override = os.environ.get(TEMPLATES_ENV)
-    return Path(override) if override else Path(__file__).resolve().parent / "templates"
+    return Path(override) if override else PACKAGE_TEMPLATES
 
 
 # Characters a YAML scalar may not hold as they are: outside YAML's printable set (YAML 1.1,
@@ -81,6 +85,8 @@ def load_templates(folder: str) -> jinja2.Environment:
         )
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(folder),
+        # Compiled once here; no file's modification time is checked again at each render.
+        auto_reload=False,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from prefixserving import constants
-from prefixserving.api import defaults
 from prefixserving.router.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from prefixserving.router.prefix_hashing import (
     DEFAULT_BLOCK_CHARS,
@@ -76,7 +75,7 @@ class RouterSettings:
     backends: tuple[str, ...] = ()
     dns: str | None = None
     policy: str = DEFAULT_POLICY.replace("_", "-")
-    load_bound: float = defaults.ROUTER_LOAD_BOUND
+    load_bound: float = constants.ROUTER_LOAD_BOUND
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
     block_chars: int = DEFAULT_BLOCK_CHARS
     model: str | None = None
@@ -186,7 +185,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 )
 @click.option(
     "--secure-serving/--no-secure-serving",
-    default=defaults.PICKER_SECURE_SERVING,
+    default=constants.PICKER_SECURE_SERVING,
     show_default=True,
     help="endpoint-picker: TLS on the gRPC port (self-signed unless --tls-cert-file is given).",
 )
@@ -203,7 +202,7 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
 @click.option(
     "--shed-waiting-requests",
     type=click.IntRange(min=0),
-    default=defaults.PICKER_SHED_WAITING_REQUESTS,
+    default=constants.PICKER_SHED_WAITING_REQUESTS,
     show_default=True,
     help="endpoint-picker: answer 429 when every engine has this many requests waiting (0: never).",
 )

@@ -17,10 +17,11 @@ parsed.
    steps 2-3 are for larger ones, from the chunk that crosses the limit on.
 2. A resumable scanner (a generator that waits when a token runs past the buffer) walks the
    top-level object. Strings are skipped with ``find`` of the next quote and a count of the
-   backslashes before it (a regex that skips escaped quotes once a string has many); containers with a search for the next bracket or quote; numbers
-   and literals with one regex. It records where the value of each key field starts and ends
-   (the last one wins), where each element of ``messages`` starts, and where the ``content``
-   string of each message lies. Grammar errors of the top-level object, of ``messages`` and
+   backslashes before it (a regex that skips escaped quotes once a string has many);
+   containers with a search for the next bracket or quote; numbers and literals with one
+   regex. It records where the value of each key field starts and ends (the last one wins),
+   where each element of ``messages`` starts, and where the ``content`` string of each
+   message lies. Grammar errors of the top-level object, of ``messages`` and
    of its objects, unbalanced brackets and unclosed strings anywhere are reported.
 3. At the end of the body the view is decoded: ``model``, ``tools`` and ``cache_salt`` whole;
    messages one by one until their canonical rendering covers the key's depth
@@ -42,9 +43,9 @@ digits, nesting deeper than Python's parser goes).
 **Cost**: per chunk one UTF-8 check and one copy into the scan buffer (``memcpy``-speed).
 Over :data:`FULL_PARSE_BYTES`, O(tokens) Python steps, where a string of any length is a
 ``memchr`` search for its closing quote plus one step per escaped quote (past eight, a regex
-search that skips them: about 0.7 GB/s); at the end the decoding of the key fields: O(``max_chars``) for the
-leading content. Measured on a 200 KB chat body: about 0.25 ms against 1.1 ms to parse it
-whole. Memory: the scan buffer (the body) until the pick.
+search that skips them: about 0.7 GB/s); at the end the decoding of the key fields:
+O(``max_chars``) for the leading content. Measured on a 200 KB chat body: about 0.25 ms
+against 1.1 ms to parse it whole. Memory: the scan buffer (the body) until the pick.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-PREFIX = "prefixserving_warmup"
+from prefixserving import constants
 
 
 class Phase(enum.StrEnum):
@@ -57,23 +57,31 @@ class WarmupState:
         self.started_s = self.clock()
         self.finished_s: float | None = None
         r = self.registry
-        self._ready = Gauge(f"{PREFIX}_ready", "1 once warm-up finished or timed out.", registry=r)
-        self._planned = Gauge(
-            f"{PREFIX}_prefixes_planned", "Prefixes collected for warm-up.", registry=r
+        self._ready = Gauge(
+            constants.METRIC_WARMUP_READY, "1 once warm-up finished or timed out.", registry=r
         )
+        self._planned = Gauge(
+            constants.METRIC_WARMUP_PREFIXES_PLANNED, "Prefixes collected for warm-up.", registry=r
+        )
+        # prometheus_client exposes a counter as NAME_total whether or not NAME ends with it.
         self._warmed = Counter(
-            f"{PREFIX}_prefixes_warmed", "Prefixes replayed successfully.", ["source"], registry=r
+            constants.METRIC_WARMUP_PREFIXES_WARMED,
+            "Prefixes replayed successfully.",
+            ["source"],
+            registry=r,
         )
         self._tokens = Counter(
-            f"{PREFIX}_tokens_warmed", "Prompt tokens of the warmed prefixes.", registry=r
+            constants.METRIC_WARMUP_TOKENS_WARMED,
+            "Prompt tokens of the warmed prefixes.",
+            registry=r,
         )
         self._failures = Counter(
-            f"{PREFIX}_failures", "Failed warm-up steps.", ["stage"], registry=r
+            constants.METRIC_WARMUP_FAILURES, "Failed warm-up steps.", ["stage"], registry=r
         )
         self._timeouts = Counter(
-            f"{PREFIX}_timeouts", "Warm-ups cut short by the timeout.", registry=r
+            constants.METRIC_WARMUP_TIMEOUTS, "Warm-ups cut short by the timeout.", registry=r
         )
-        duration = Gauge(f"{PREFIX}_duration_seconds", "Warm-up start to Ready.", registry=r)
+        duration = Gauge(constants.METRIC_WARMUP_DURATION, "Warm-up start to Ready.", registry=r)
         duration.set_function(self.duration_s)
         for source in ("file", "router"):
             self._warmed.labels(source)

@@ -19,7 +19,7 @@ Costs are linear in the size of the objects involved.
 
 from __future__ import annotations
 
-import copy
+import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -45,6 +45,12 @@ _UNOWNED: frozenset[Path] = frozenset(
     }
 )
 _MISSING = object()
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, strings, numbers, booleans, None): a pickle round
+    trip, about a third of ``copy.deepcopy``'s cost on Kubernetes objects."""
+    return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
 
 
 class PatchConflict(Exception):
@@ -89,7 +95,7 @@ def set_path(obj: dict[str, Any], path: Path, value: Any) -> None:
         if not isinstance(child, dict):
             child = obj[key] = {}
         obj = child
-    obj[path[-1]] = copy.deepcopy(value)
+    obj[path[-1]] = copy_json(value)
 
 
 def remove_path(obj: dict[str, Any], path: Path) -> None:
@@ -111,7 +117,7 @@ def remove_path(obj: dict[str, Any], path: Path) -> None:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: maps merge recursively, ``null`` deletes, the rest replaces."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return copy_json(patch)
     result = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
@@ -135,7 +141,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
                 order.append(name)
         return [merged[name] for name in order]
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return copy_json(patch)
     result = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
@@ -190,7 +196,7 @@ def server_side_apply(
     ]
     if conflicts and not force:
         raise PatchConflict(conflicts)
-    result = copy.deepcopy(dict(current))
+    result = copy_json(dict(current))
     others = set().union(*(paths for key, paths in owners.items() if key != (manager, "Apply")))
     for path in previous - applied:
         if path not in others:

@@ -4,6 +4,7 @@ Supported label syntax (comma-separated requirements, all must hold): ``k=v``, `
 ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``. Field selectors support
 ``metadata.name`` and ``metadata.namespace`` with ``=``, ``==`` and ``!=``.
 Parsing is linear in the selector's length; matching is linear in the number of requirements.
+:func:`equalities` gives the ``k=v`` requirements a store can look up in an index.
 """
 
 from __future__ import annotations
@@ -54,6 +55,18 @@ def _requirement(text: str) -> Requirement:
         key = text[1:].strip()
         return lambda labels: key not in labels
     return lambda labels: text in labels
+
+
+def equalities(selector: str | None) -> list[tuple[str, str]]:
+    """The ``k=v`` / ``k==v`` requirements of a label selector, as (key, value) pairs: an
+    object matches the selector only if it has all of them (a store indexes by them)."""
+    pairs = []
+    for part in _split(selector or ""):
+        if _SET_RE.match(part) or "!=" in part or "=" not in part:
+            continue
+        key, value = (item.strip() for item in part.replace("==", "=").split("=", 1))
+        pairs.append((key, value))
+    return pairs
 
 
 def parse_label_selector(selector: str | None) -> Callable[[Mapping[str, str]], bool]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 import datetime
 import secrets
 import uuid
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import patching
-from .selectors import parse_field_selector, parse_label_selector
+from .selectors import equalities, parse_field_selector, parse_label_selector
 
 HISTORY_LIMIT = 20_000
 
@@ -70,6 +69,8 @@ class ApiError(Exception):
 class Record:
     obj: dict[str, Any]
     owners: patching.Owners = field(default_factory=dict)
+    # The labels the store's label index holds this record under.
+    indexed_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -93,9 +94,13 @@ class Store:
     def __init__(self, types: list[ResourceType]) -> None:
         self.types: dict[tuple[str, str, str], ResourceType] = {t.key: t for t in types}
         self.records: dict[tuple[tuple[str, str, str], str | None, str], Record] = {}
-        # The same records per resource type, so a list never scans other kinds.
+        # The same records per resource type, so a list never scans other kinds, and per label
+        # (type, key, value), so a list by label selector only looks at the objects it names.
         self.by_type: dict[tuple[str, str, str], dict[tuple[str | None, str], Record]] = (
             collections.defaultdict(dict)
+        )
+        self.by_label: dict[tuple[tuple[str, str, str], str, str], set[tuple[str | None, str]]] = (
+            collections.defaultdict(set)
         )
         self.resource_version = 0
         self.history: dict[tuple[str, str, str], collections.deque[tuple[int, dict[str, Any]]]] = (
@@ -107,7 +112,7 @@ class Store:
 
     # ----------------------------------------------------------------- reading
     def render(self, rtype: ResourceType, record: Record) -> dict[str, Any]:
-        obj = copy.deepcopy(record.obj)
+        obj = patching.copy_json(record.obj)
         if record.owners:
             obj["metadata"]["managedFields"] = patching.managed_fields(
                 record.owners, rtype.api_version, obj["metadata"]["creationTimestamp"]
@@ -126,13 +131,20 @@ class Store:
     ) -> dict[str, Any]:
         labels_match = parse_label_selector(label_selector)
         fields_match = parse_field_selector(field_selector)
-        items = [
-            self.render(rtype, record)
-            for (ns, _), record in sorted(self.by_type[rtype.key].items())
-            if (namespace is None or ns == namespace)
-            and labels_match(record.obj["metadata"].get("labels") or {})
-            and fields_match(record.obj)
+        records = self.by_type[rtype.key]
+        indexed = [
+            self.by_label.get((rtype.key, k, v), set()) for k, v in equalities(label_selector)
         ]
+        keys = min(indexed, key=len) if indexed else records.keys()
+        # Filter, then sort what matched (a selector usually matches a few of many objects).
+        matched = [
+            (key, records[key])
+            for key in keys
+            if (namespace is None or key[0] == namespace)
+            and labels_match(records[key].obj["metadata"].get("labels") or {})
+            and fields_match(records[key].obj)
+        ]
+        items = [self.render(rtype, record) for _, record in sorted(matched, key=lambda m: m[0])]
         return {
             "apiVersion": rtype.api_version,
             "kind": f"{rtype.kind}List",
@@ -152,7 +164,7 @@ class Store:
     def create(
         self, rtype: ResourceType, namespace: str | None, body: Mapping[str, Any], manager: str
     ) -> dict[str, Any]:
-        obj = copy.deepcopy(dict(body))
+        obj = patching.copy_json(dict(body))
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
@@ -262,7 +274,7 @@ class Store:
     ) -> dict[str, Any]:
         record = self._record(rtype, namespace, name)
         self._check_precondition(record, body)
-        candidate = copy.deepcopy(dict(body))
+        candidate = patching.copy_json(dict(body))
         candidate.setdefault("metadata", {})
         for key in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace"):
             if key in record.obj["metadata"]:
@@ -326,7 +338,7 @@ class Store:
         manager: str | None,
     ) -> dict[str, Any]:
         old = record.obj
-        new = copy.deepcopy(candidate)
+        new = patching.copy_json(candidate)
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
         meta = new.setdefault("metadata", {})
         meta.pop("managedFields", None)
@@ -387,7 +399,19 @@ class Store:
             ):
                 self.delete(self.types[key], namespace, name)
 
+    def _index_labels(self, rtype: ResourceType, record: Record, deleted: bool = False) -> None:
+        """Keep ``by_label`` in step with the record's labels (none once it is deleted)."""
+        meta = record.obj["metadata"]
+        key = (meta.get("namespace"), meta["name"])
+        labels = {} if deleted else dict(meta.get("labels") or {})
+        for item in record.indexed_labels.items() - labels.items():
+            self.by_label[(rtype.key, *item)].discard(key)
+        for item in labels.items() - record.indexed_labels.items():
+            self.by_label[(rtype.key, *item)].add(key)
+        record.indexed_labels = labels
+
     def _commit(self, rtype: ResourceType, record: Record, event_type: str) -> None:
+        self._index_labels(rtype, record, deleted=event_type == "DELETED")
         self.resource_version += 1
         record.obj["metadata"]["resourceVersion"] = str(self.resource_version)
         event = {"type": event_type, "object": self.render(rtype, record)}

@@ -18,7 +18,7 @@
 |---|---|---|---|
 | looks at | loads | nothing | prefix blocks and loads |
 | cache reuse | ~1/N of what one backend would get | ~1/N | most of it |
-| balance | follows load (best TTFT without reuse) | equal counts | bounded (1.25 x mean) |
+| balance | follows load (best TTFT without reuse) | equal counts | bounded (load bound x mean) |
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from prefixserving.api import defaults
+from prefixserving import constants
 from prefixserving.router.policies.base import BackendLoad
 from prefixserving.router.policies.key_choice import PrefixKeyParams
 
@@ -79,7 +79,7 @@ class AffinityLoadParams(PrefixKeyParams):
     """Key choice plus the bounded-load rule, shared by the affinity policies' configs:
     ``load_bound`` (1.25), ``load_slack`` (4.0), ``waiting_weight`` (1.0), ``kv_weight`` (2.0)."""
 
-    load_bound: float = defaults.ROUTER_LOAD_BOUND
+    load_bound: float = constants.ROUTER_LOAD_BOUND
     load_slack: float = 4.0
     waiting_weight: float = 1.0
     kv_weight: float = 2.0

@@ -16,7 +16,7 @@ Deterministic: two routers that saw the same number of requests pick the same ba
 |---|---|---|---|
 | looks at | nothing | loads | prefix blocks and loads |
 | cache reuse | ~1/N of what one backend would get | ~1/N | most of it |
-| balance | equal counts, blind to request size | follows load | bounded (1.25 x mean) |
+| balance | equal counts, blind to request size | follows load | bounded (load bound x mean) |
 """
 
 from __future__ import annotations

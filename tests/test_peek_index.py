@@ -102,3 +102,19 @@ def test_reinsert_replaces_path_and_remove_unknown_is_ignored() -> None:
     index.remove("missing")
     index.remove("a")
     assert index.num_nodes == 0 and len(index) == 0
+
+
+def test_reuse_is_a_cached_prefix_or_a_shared_next_block() -> None:
+    index: QueueIndex[str] = QueueIndex()
+    index.insert("a", ["a1", "a2"], 0)
+    index.insert("b", ["b1"], 0)
+    assert not index.has_reuse
+    index.insert("c", ["a1", "c2"], 0)  # needs a's next block too
+    assert index.has_reuse
+    index.remove("c")
+    assert not index.has_reuse
+    index.move_frontier("a", 1)  # a1 got cached
+    assert index.has_reuse
+    index.move_frontier("a", 0)  # and was evicted
+    assert not index.has_reuse
+    index.check_invariants()

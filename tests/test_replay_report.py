@@ -5,12 +5,22 @@ from __future__ import annotations
 from prefixserving_lab.reports import replay as report
 
 
-def metrics(hit: float, p50: float, p99: float, cold_p99: float | None, rps: float) -> dict:
+def metrics(
+    hit: float,
+    p50: float,
+    p99: float,
+    cold_p99: float | None,
+    rps: float,
+    goodput: float = 0.5,
+    tpot: float = 0.02,
+) -> dict:
     return {
         "hit_rate": hit,
         "ttft_s": {"p50": p50, "p90": p99, "p99": p99},
         "cold_ttft_s": {} if cold_p99 is None else {"p99": cold_p99},
         "throughput_rps": rps,
+        "goodput_rps": goodput,
+        "tpot_s": {"p50": tpot, "p99": 2 * tpot},
     }
 
 
@@ -20,32 +30,53 @@ def goals_by_key(rows: list[dict]) -> dict[tuple[str, str], bool]:
 
 def test_goals_met_and_missed() -> None:
     sharing = {
-        "name": "s",
+        "name": "s@0.8",
+        "role": "sharing",
         "runs": {
-            "fcfs": metrics(0.2, 14.0, 30.0, 40.0, 1.0),
-            "peek": metrics(0.6, 1.5, 29.0, 41.0, 1.0),
-            "sglang_lpm": metrics(0.61, 2.0, 60.0, 90.0, 1.0),
+            "fcfs": metrics(0.2, 14.0, 30.0, 40.0, 1.0, goodput=0.2, tpot=0.020),
+            "peek": metrics(0.6, 1.5, 29.0, 41.0, 1.0, goodput=0.9, tpot=0.023),
+            "sglang_lpm": metrics(0.61, 2.0, 60.0, 90.0, 1.0, goodput=0.8),
+            "sglang_hrrn": metrics(0.5, 3.0, 28.0, 30.0, 1.0, goodput=0.7),
+        },
+    }
+    beaten = {
+        "name": "b",
+        "role": "sharing",
+        "runs": {
+            "fcfs": metrics(0.2, 4.0, 30.0, None, 1.0, goodput=0.5),
+            "peek": metrics(0.3, 1.0, 20.0, None, 1.0, goodput=0.6, tpot=0.021),
+            "sglang_spf": metrics(0.3, 0.9, 25.0, None, 1.0, goodput=0.7),
         },
     }
     control = {
         "name": "c",
+        "role": "control",
         "runs": {
             "fcfs": metrics(0.0, 1.0, 5.0, 5.0, 2.0),
             "peek": metrics(0.0, 1.01, 5.0, 5.0, 2.0),
         },
     }
+    ranking = {"name": "r", "role": "other", "runs": sharing["runs"]}
     overhead = [
         {"policy": "fcfs", "waiting": 1000, "total_ms": 10.0},
         {"policy": "peek", "waiting": 1000, "total_ms": 11.5},
     ]
-    got = goals_by_key(report.goals([sharing, control], overhead, ["s"], ["c"]))
-    assert got[("hit_rate_2.6x", "s")] is True  # 3x
-    assert got[("ttft_p50_7x", "s")] is True  # 9.3x
-    assert got[("beats_baselines", "s")] is False  # LPM's hit rate is higher
-    assert got[("p99_not_worse", "s")] is False  # cold p99 41 > 40
+    rows = report.goals([sharing, beaten, control, ranking], overhead)
+    got = goals_by_key(rows)
+    assert got[("hit_rate_best", "s@0.8")] is False  # LPM's 0.61 is higher
+    assert got[("ttft_p50_best", "s@0.8")] is True
+    assert got[("ttft_p99_fcfs_hrrn", "s@0.8")] is False  # 29 > HRRN's 28
+    assert got[("goodput_best", "s@0.8")] is True
+    assert got[("tpot_p50_1.1x", "s@0.8")] is False  # x1.15
+    assert got[("hit_rate_best", "b")] is True  # a tie with the best is met
+    assert got[("ttft_p50_best", "b")] is False and got[("goodput_best", "b")] is False
+    assert got[("ttft_p99_fcfs_hrrn", "b")] is True  # no HRRN run: FCFS only
+    assert got[("tpot_p50_1.1x", "b")] is True
     assert got[("control_2pct", "c")] is True
-    assert got[("p99_not_worse", "c")] is True
     assert got[("overhead_10pct", "1000 waiting")] is False  # x1.15
+    assert not any(scope == "r" for _, scope in got)  # ranking-only workloads have no goals
+    summary = {g["goal"]: (g["met"], g["rows"]) for g in report.goal_summary(rows)}
+    assert summary["hit_rate_best"] == (1, 2) and summary["control_2pct"] == (1, 1)
 
 
 def test_ratios_are_relative_to_fcfs() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,65 @@ def test_standard_suite_builds_every_workload_at_small_scale(shared_dir: Path) -
     assert four.requests[-1].arrival_s == pytest.approx(one.requests[-1].arrival_s / 4)
     with pytest.raises(KeyError, match="known"):
         suite.build(["nope"], ctx)
+
+
+def test_a_session_turn_resends_the_history_its_answer_and_a_new_message() -> None:
+    w = workloads.sessions(
+        name="s",
+        cost=COST,
+        base=EngineShape(num_blocks=0, block_size=16),
+        sessions=3,
+        turns=4,
+        systems=1,
+        system_tokens=64,
+        first_message_tokens=32,
+        message_tokens=16,
+        output_tokens=8,
+        think_s=2.0,
+    )
+    by_id = {r.request_id: r for r in w.requests}
+    followers = [r for r in w.requests if r.after is not None]
+    assert len(followers) == 3 * 3 and all(r.think_s == 2.0 for r in followers)
+    for r in followers:
+        before = by_id[r.after]
+        tokens, previous = r.prompt_token_ids(), before.prompt_token_ids()
+        assert tokens[: len(previous)] == previous
+        answer = tokens[len(previous) : len(previous) + before.output_tokens]
+        assert answer == [workloads.SAMPLED_TOKEN] * before.output_tokens
+        assert len(tokens) == len(previous) + before.output_tokens + 16
+    opened = [r for r in w.requests if r.after is None]
+    assert len(opened) == 3 and [r.arrival_s for r in opened] == sorted(r.arrival_s for r in opened)
+    # Sessions share the one system prompt, and nothing past it.
+    starts = {tuple(r.prompt_token_ids()[:64]) for r in opened}
+    assert len(starts) == 1
+    assert len({tuple(r.prompt_token_ids()[64:96]) for r in opened}) == 3
+
+
+def test_the_header_variant_puts_one_common_header_in_front_of_every_prompt(
+    shared_dir: Path,
+) -> None:
+    ctx = suite.BuildContext(
+        cost=COST, base=EngineShape(num_blocks=0), scale=0.05, traces=shared_dir / "traces"
+    )
+    plain, header = suite.build(["gsp-cold-q25", "gsp-cold-q25+hdr16"], ctx)
+    assert header.name == "gsp-cold-q25+hdr16" and header.engine.block_size == 16
+    n = suite.HEADER_TOKENS
+    assert len({tuple(r.prompt_token_ids()[:n]) for r in header.requests}) == 1
+    assert [r.prompt_tokens for r in header.requests] == [
+        r.prompt_tokens + n for r in plain.requests
+    ]
+    # Whether a request shares a prefix is read past the header: cold requests still do not.
+    assert [r.shares_prefix for r in header.requests] == [r.shares_prefix for r in plain.requests]
+    assert not all(r.shares_prefix for r in header.requests)
+
+
+def test_a_load_point_replaces_each_workloads_own_load(shared_dir: Path) -> None:
+    ctx = suite.BuildContext(
+        cost=COST, base=EngineShape(num_blocks=0), scale=0.05, traces=shared_dir / "traces"
+    )
+    (low,) = suite.build(["gsp-q25"], replace(ctx, load=0.5))
+    (high,) = suite.build(["gsp-q25"], replace(ctx, load=1.0))
+    assert low.requests[-1].arrival_s == pytest.approx(2 * high.requests[-1].arrival_s)
+    assert "load 0.5" in low.description and "load 1" in high.description
+    assert suite.role("gsp-q25+hdr64") == "sharing" and suite.role("azure-code") == "control"
+    assert "mooncake-4x" not in suite.SWEEP and "agent-loop+hdr16" in suite.SWEEP

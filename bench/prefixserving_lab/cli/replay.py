@@ -3,6 +3,7 @@
 Examples::
 
     prefixserving bench replay                                   # the standard suite
+    prefixserving bench replay --sweep --cost-model gpu --scale 0.125   # the load sweep
     prefixserving bench replay --workload gsp-q25 --policy fcfs --policy peek --scale 0.25
     prefixserving bench replay --trace my-trace.jsonl --time-scale 4 --cache-blocks 20000
 """
@@ -77,6 +78,26 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
     "(default: DEFAULT_COST in prefixserving_lab.models.cost).",
 )
 @click.option(
+    "--cost-model",
+    "cost_model_name",
+    type=click.Choice(["default", "gpu"]),
+    default="default",
+    show_default=True,
+    help="Named cost model: default (DEFAULT_COST) or gpu (Llama 3.1 8B on one H100, "
+    "GPU_COST); --cost overrides it.",
+)
+@click.option(
+    "--loads",
+    help="Comma-separated load points (x the estimated capacity), each workload run at each; "
+    "default: each workload's own load.",
+)
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="The issue's load sweep: the sweep's workloads (--list) at loads 0.5, 0.8, 1.0 and "
+    "1.2 unless --workload / --loads say otherwise.",
+)
+@click.option(
     "--overhead-waiting",
     default=DEFAULT_OVERHEAD_WAITING,
     show_default=True,
@@ -107,6 +128,9 @@ def replay(
     max_num_batched_tokens: int,
     max_model_len: int,
     cost: str | None,
+    cost_model_name: str,
+    loads: str | None,
+    sweep: bool,
     overhead_waiting: str,
     out_dir: Path,
     name: str,
@@ -121,6 +145,7 @@ def replay(
 
     if list_only:
         click.echo("workloads: " + ", ".join(suite.STANDARD))
+        click.echo("sweep:     " + ", ".join(suite.SWEEP))
         click.echo("policies:  " + ", ".join(POLICIES))
         return
     unknown = [p for p in policy_names if p not in POLICIES]
@@ -147,6 +172,8 @@ def replay(
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
         cost=_parse_cost(cost),
+        cost_model_name=cost_model_name,
+        loads=_parse_loads(loads) if loads else list(suite.SWEEP_LOADS) if sweep else [],
         overhead_waiting=_parse_ints(overhead_waiting),
         out_dir=out_dir,
         name=name,
@@ -186,3 +213,16 @@ def _parse_ints(text: str) -> list[int]:
         raise click.BadParameter(
             "expected comma-separated integers, e.g. 100,1000", param_hint="--overhead-waiting"
         ) from None
+
+
+def _parse_loads(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise click.BadParameter(
+            "expected comma-separated positive numbers, e.g. --loads 0.5,0.8,1,1.2",
+            param_hint="--loads",
+        )
+    return values

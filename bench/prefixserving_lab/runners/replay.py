@@ -2,7 +2,9 @@
 
 Loop, until every request has arrived and finished:
 
-1. add the requests whose arrival time has come (``Scheduler.add_request``);
+1. add the requests whose arrival time has come (``Scheduler.add_request``); a closed-loop
+   request (``ReplayRequest.after``) is due ``think_s`` after the request it follows
+   finished, so its arrival is known only then;
 2. ``schedule()`` (its CPU time is measured), then read the step's shape from the output:
    prefill tokens, decode sequences and context tokens
    (:class:`~prefixserving_lab.models.cost.StepShape`);
@@ -21,13 +23,14 @@ A scheduler that exposes ``use_clock(callable)`` gets the simulated clock, so ti
 rules (PEEK's sibling wait bound) run on simulated seconds; one that exposes
 ``replay_stats()`` has its result stored with the run.
 
-Cost: the scheduler's own cost plus O(scheduled requests) per step.
+Cost: the scheduler's own cost plus O(scheduled requests + log(due requests)) per step.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections import deque
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,10 +44,8 @@ from vllm.v1.request import Request
 
 from prefixserving_lab.models.cost import CostModel, StepShape
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler, fast_block_hash
-from prefixserving_lab.workloads.segments import ReplayRequest, Workload
+from prefixserving_lab.workloads.segments import SAMPLED_TOKEN, ReplayRequest, Workload
 
-# Token id that fabricated outputs sample (any id works: outputs ignore EOS).
-SAMPLED_TOKEN = 7
 # Steps in a row that schedule nothing while nothing can arrive before the run is declared
 # stuck (a policy that holds requests forever).
 MAX_IDLE_STEPS = 100_000
@@ -123,13 +124,23 @@ def replay(
         for r in workload.requests
     }
     run = ReplayRun(policy=policy, workload=workload.name, records=list(records.values()))
-    pending = deque(workload.requests)
+    # Due requests as (arrival, sequence, request); closed-loop ones join when their
+    # predecessor finishes.
+    due = [(r.arrival_s, i, r) for i, r in enumerate(workload.requests) if r.after is None]
+    heapq.heapify(due)
+    followers: defaultdict[str, list[ReplayRequest]] = defaultdict(list)
+    for r in workload.requests:
+        if r.after is not None:
+            followers[r.after].append(r)
+    sequence = len(workload.requests)
     idle_in_a_row = 0
-    while pending or scheduler.has_unfinished_requests():
-        while pending and pending[0].arrival_s <= clock.now_s:
-            scheduler.add_request(make_request(pending.popleft()))
+    while due or scheduler.has_unfinished_requests():
+        while due and due[0][0] <= clock.now_s:
+            arrival_s, _, spec = heapq.heappop(due)
+            records[spec.request_id].arrival_s = arrival_s
+            scheduler.add_request(make_request(spec, arrival_s))
         if not scheduler.has_unfinished_requests():
-            clock.now_s = pending[0].arrival_s
+            clock.now_s = due[0][0]
             continue
         cpu_start = time.process_time()
         output = scheduler.schedule()
@@ -144,7 +155,7 @@ def replay(
                 raise ReplayStuckError(
                     f"{policy} on {workload.name}: {idle_in_a_row} steps scheduled nothing"
                 )
-            next_arrival = pending[0].arrival_s if pending else float("inf")
+            next_arrival = due[0][0] if due else float("inf")
             clock.now_s = min(next_arrival, clock.now_s + cost.base_s)
             continue
         idle_in_a_row = 0
@@ -161,6 +172,9 @@ def replay(
                 record.first_token_s = clock.now_s
             if request.is_finished():
                 record.finish_s = clock.now_s
+                for follower in followers.pop(request.request_id, ()):
+                    sequence += 1
+                    heapq.heappush(due, (clock.now_s + follower.think_s, sequence, follower))
     run.sim_s = clock.now_s
     run.wall_s = time.perf_counter() - wall_start
     if hasattr(scheduler, "replay_stats"):
@@ -177,19 +191,20 @@ def _count_vllm_stats(scheduler: Scheduler, run: ReplayRun) -> None:
         run.vllm_hits += stats.hits
 
 
-def request_factory(engine: EngineShape) -> Callable[[ReplayRequest], Request]:
+def request_factory(engine: EngineShape) -> Callable[[ReplayRequest, float], Request]:
     """Turn replay requests into vLLM ``Request``s hashed for ``engine``'s block size, with
-    exactly ``output_tokens`` outputs (``ignore_eos``) and the arrival on the replay clock."""
+    exactly ``output_tokens`` outputs (``ignore_eos``), arriving at the given time on the
+    replay clock."""
     hasher = get_request_block_hasher(engine.block_size, fast_block_hash)
 
-    def make(spec: ReplayRequest) -> Request:
+    def make(spec: ReplayRequest, arrival_s: float) -> Request:
         params = SamplingParams(max_tokens=spec.output_tokens, ignore_eos=True)
         return Request(
             request_id=spec.request_id,
             prompt_token_ids=spec.prompt_token_ids(),
             sampling_params=params,
             pooling_params=None,
-            arrival_time=spec.arrival_s,
+            arrival_time=arrival_s,
             block_hasher=hasher,
         )
 

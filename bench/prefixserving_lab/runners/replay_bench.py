@@ -16,18 +16,18 @@ same workload; :mod:`.replay_metrics`, :mod:`.replay_overhead` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prefixserving_lab.models.cost import DEFAULT_COST, CostModel
+from prefixserving_lab.models.cost import COST_MODELS, CostModel
 from prefixserving_lab.models.replay_engine import EngineShape
 from prefixserving_lab.models.schedulers.registry import scheduler_class
 from prefixserving_lab.reports import replay as report
 from prefixserving_lab.runners import replay_overhead as overhead
 from prefixserving_lab.runners.replay import replay
-from prefixserving_lab.runners.replay_metrics import summarize
+from prefixserving_lab.runners.replay_metrics import TTFT_SLO_FACTOR, summarize, ttft_slo_s
 from prefixserving_lab.workloads import replay_suite as suite
 from prefixserving_lab.workloads import segments as workloads
 from prefixserving_lab.workloads.segments import Workload
@@ -53,6 +53,8 @@ class BenchmarkSpec:
     max_num_batched_tokens: int = 8192
     max_model_len: int = 262144
     cost: tuple[float, float, float, float] | None = None
+    cost_model_name: str = "default"
+    loads: list[float] = field(default_factory=list)
     overhead_waiting: list[int] = field(default_factory=list)
     out_dir: Path = Path("bench/results")
     name: str = "replay"
@@ -61,7 +63,7 @@ class BenchmarkSpec:
 
     def cost_model(self) -> CostModel:
         if self.cost is None:
-            return DEFAULT_COST
+            return COST_MODELS[self.cost_model_name]
         base, prefill, decode, context = self.cost
         return CostModel(base, prefill, decode, context, source="given on the command line")
 
@@ -75,23 +77,29 @@ class BenchmarkSpec:
         )
 
 
-def build_workloads(spec: BenchmarkSpec) -> tuple[list[Workload], tuple[str, ...], tuple[str, ...]]:
-    """The workloads of ``spec`` plus which of them are built for sharing / the control."""
+def build_workloads(spec: BenchmarkSpec) -> Iterator[tuple[Workload, str, float | None]]:
+    """The workloads of ``spec``, each with its role (``sharing``, ``control`` or ``other``)
+    and load point (None: the workload's own load), built one at a time; names and the
+    scale are checked before the first is built."""
     cost, base = spec.cost_model(), spec.base_engine()
     if spec.trace is not None:
-        trace = workloads.mooncake(
-            spec.trace,
-            name=f"trace-{spec.trace.stem}-{spec.trace_time_scale:g}x",
-            description=f"{spec.trace.name}, time compressed {spec.trace_time_scale:g}x",
-            cost=cost,
-            base=base,
-            time_scale=spec.trace_time_scale,
-            limit=spec.trace_rows,
-            cache_fraction=spec.cache_fraction if spec.cache_fraction is not None else 0.25,
-            load=spec.trace_load,
-            seed=spec.seed,
+        yield (
+            workloads.mooncake(
+                spec.trace,
+                name=f"trace-{spec.trace.stem}-{spec.trace_time_scale:g}x",
+                description=f"{spec.trace.name}, time compressed {spec.trace_time_scale:g}x",
+                cost=cost,
+                base=base,
+                time_scale=spec.trace_time_scale,
+                limit=spec.trace_rows,
+                cache_fraction=spec.cache_fraction if spec.cache_fraction is not None else 0.25,
+                load=spec.trace_load,
+                seed=spec.seed,
+            ),
+            "sharing",
+            spec.trace_load,
         )
-        return [trace], (trace.name,), ()
+        return
     ctx = suite.BuildContext(
         cost=cost,
         base=base,
@@ -100,16 +108,25 @@ def build_workloads(spec: BenchmarkSpec) -> tuple[list[Workload], tuple[str, ...
         traces=traces_dir(),
         cache_fraction=spec.cache_fraction,
     )
-    names = spec.workload_names or list(suite.STANDARD)
-    return suite.build(names, ctx), suite.SHARING, suite.CONTROL
+    names = spec.workload_names or list(suite.SWEEP if spec.loads else suite.STANDARD)
+    suite.check(names, ctx)
+    for name in names:
+        for load in spec.loads or [None]:
+            (workload,) = suite.build([name], replace(ctx, load=load))
+            if load is not None:
+                workload = replace(workload, name=f"{workload.name}@{load:g}")
+            yield workload, suite.role(name), load
 
 
 def _harness_notes(spec: BenchmarkSpec) -> list[str]:
     notes = [
         "Hit rate = cached prompt tokens at first admission / prompt tokens; every run's "
         "figure is checked against vLLM's own prefix-cache counters (hit_rate_matches_vllm).",
-        "TTFT and throughput are in simulated seconds from the cost model, so they do not "
-        "depend on the load of the machine that ran the benchmark.",
+        "TTFT, TPOT and throughput are in simulated seconds from the cost model, so they do "
+        "not depend on the load of the machine that ran the benchmark.",
+        f"Goodput: requests per second whose TTFT meets the workload's SLO, {TTFT_SLO_FACTOR:g}"
+        " x the time its median prompt takes to prefill on an idle engine with nothing cached "
+        "(ttft_slo_s in each workload's header).",
     ]
     if spec.scale < 1:
         notes.append(
@@ -124,37 +141,46 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
     """Run ``spec``; write ``<out_dir>/<name>.json`` and ``.md``; return their paths."""
     cost = spec.cost_model()
     classes = {p: scheduler_class(p) for p in spec.policies}
-    built, sharing, control = build_workloads(spec)
     settings: dict[str, Any] = {
         "policies": spec.policies,
         "scale": spec.scale,
         "seed": spec.seed,
+        "cost_model": spec.cost_model_name if spec.cost is None else "given",
+        "loads": spec.loads,
         "options": spec.options,
     }
     result = report.new_result(settings, cost.to_dict())
     result["notes"] = [*spec.notes, *_harness_notes(spec)]
     paths = report.write(spec.out_dir, spec.name, result)
-    for workload in built:
-        entry: dict[str, Any] = {**workload.summary(), "runs": {}}
+    for workload, role, load in build_workloads(spec):
+        slo_s = ttft_slo_s(workload, cost)
+        entry: dict[str, Any] = {
+            **workload.summary(),
+            "role": role,
+            "load": load,
+            "ttft_slo_s": slo_s,
+            "runs": {},
+        }
         for policy, cls in classes.items():
             run = replay(policy, cls, workload, cost)
-            metrics = summarize(run)
+            metrics = summarize(run, slo_s)
             entry["runs"][policy] = metrics
             echo(
                 f"{workload.name:>16} {policy:>13}: hit {metrics['hit_rate']:.3f} "
                 f"p50 {metrics['ttft_s']['p50']:.3f}s p99 {metrics['ttft_s']['p99']:.3f}s "
+                f"tpot {metrics['tpot_s'].get('p50', 0):.4f}s "
                 f"({metrics['wall_s']:.0f}s wall)"
             )
         entry["ratios"] = report.ratios(entry["runs"])
         result["workloads"].append(entry)
-        result["goals"] = report.goals(result["workloads"], result["overhead"], sharing, control)
+        result["goals"] = report.goals(result["workloads"], result["overhead"])
         paths = report.write(spec.out_dir, spec.name, result)
     for waiting in spec.overhead_waiting:
         for policy, cls in classes.items():
             row = {"policy": policy, **overhead.measure(cls, waiting)}
             result["overhead"].append(row)
             echo(f"overhead {waiting:>6} waiting {policy:>13}: {row['total_ms']:.3f} ms/step")
-        result["goals"] = report.goals(result["workloads"], result["overhead"], sharing, control)
+        result["goals"] = report.goals(result["workloads"], result["overhead"])
         paths = report.write(spec.out_dir, spec.name, result)
     over = report.over_budget(result["overhead"])
     if over is not None and over["policy"] in classes:

@@ -9,6 +9,11 @@
   none).
 - ``throughput_rps`` / ``output_tokens_per_s``: finished requests and output tokens per
   simulated second, from the first arrival to the last finish.
+- ``tpot_s``: time per output token, per request ``(finish - first token) / (output tokens
+  - 1)`` over the requests with two or more output tokens; percentiles as for TTFT.
+- ``goodput_rps``: requests per simulated second whose TTFT meets the workload's SLO
+  (:func:`ttft_slo_s`), over the same span as throughput; ``slo_attainment``: their share.
+- ``preemptions``: requests vLLM preempted (summed over steps).
 - ``longest_sibling_wait_s``: from the policy's own stats when it reports one.
 """
 
@@ -17,12 +22,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from prefixserving_lab.models.cost import CostModel, StepShape
 from prefixserving_lab.stats import quantile
 
-if TYPE_CHECKING:  # the replay imports vLLM; these figures need only its records
+if TYPE_CHECKING:  # the replay and workloads import vLLM; these figures need only records
     from prefixserving_lab.runners.replay import ReplayRun
+    from prefixserving_lab.workloads.segments import Workload
 
 SIBLING_WAIT_KEYS = ("longest_sibling_wait_s", "max_sibling_wait_s")
+# Goodput's TTFT SLO, as a multiple of the median prompt's prefill on an idle engine.
+TTFT_SLO_FACTOR = 3.0
+
+
+def ttft_slo_s(workload: Workload, cost: CostModel) -> float:
+    """The TTFT SLO of ``workload`` under ``cost``: ``TTFT_SLO_FACTOR`` x the time its median
+    prompt takes to prefill with nothing cached on an idle engine (chunks of the step token
+    budget, each step's base cost and context read included). Cost: O(requests log
+    requests)."""
+    prompt = sorted(r.prompt_tokens for r in workload.requests)[len(workload.requests) // 2]
+    budget = workload.engine.max_num_batched_tokens
+    threshold = workload.engine.long_prefill_token_threshold
+    chunk = min(budget, threshold) if threshold else budget
+    idle_s = sum(
+        cost.step_s(StepShape(prefill_tokens=min(chunk, prompt - done), context_tokens=done))
+        for done in range(0, prompt, chunk)
+    )
+    return round(TTFT_SLO_FACTOR * idle_s, 4)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:
@@ -33,8 +58,9 @@ def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> di
     return {f"p{q}": round(quantile(values, q / 100), 4) for q in qs}
 
 
-def summarize(run: ReplayRun) -> dict[str, Any]:
-    """The metrics of ``run`` (module docstring), as a JSON-ready dict."""
+def summarize(run: ReplayRun, slo_s: float) -> dict[str, Any]:
+    """The metrics of ``run`` (module docstring), with goodput against the TTFT SLO
+    ``slo_s``, as a JSON-ready dict."""
     records = run.records
     unfinished = [r.request_id for r in records if r.finish_s is None or r.cached_tokens is None]
     if unfinished:
@@ -45,6 +71,12 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
     vllm_hit_rate = run.vllm_hits / run.vllm_queries if run.vllm_queries else 0.0
     ttft = [r.ttft_s for r in records if r.ttft_s is not None]
     cold = [r.ttft_s for r in records if not r.shares_prefix and r.ttft_s is not None]
+    tpot = [
+        (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+        for r in records
+        if r.output_tokens >= 2 and r.finish_s is not None and r.first_token_s is not None
+    ]
+    good = sum(1 for t in ttft if t <= slo_s)
     start = min(r.arrival_s for r in records)
     end = max(r.finish_s or 0.0 for r in records)
     span = max(end - start, 1e-9)
@@ -58,6 +90,10 @@ def summarize(run: ReplayRun) -> dict[str, Any]:
         "ttft_s": percentiles(ttft),
         "cold_ttft_s": percentiles(cold),
         "cold_requests": len(cold),
+        "tpot_s": percentiles(tpot),
+        "ttft_slo_s": slo_s,
+        "goodput_rps": round(good / span, 4),
+        "slo_attainment": round(good / max(1, len(records)), 4),
         "throughput_rps": round(len(records) / span, 4),
         "output_tokens_per_s": round(sum(r.output_tokens for r in records) / span, 2),
         "makespan_s": round(span, 3),

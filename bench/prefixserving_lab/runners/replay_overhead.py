@@ -103,7 +103,8 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
     def top_up() -> None:
         nonlocal counter
         while len(scheduler.waiting) < waiting:
-            scheduler.add_request(make(_request(counter)))
+            request = _request(counter)
+            scheduler.add_request(make(request, request.arrival_s))
             counter += 1
 
     top_up()

@@ -13,6 +13,17 @@ segments:
 - ``mooncake``: a Mooncake-format trace (``hash_ids``: one 512-token block each; each id is
   one segment, the last one cut to ``input_length``).
 - ``azure``: an Azure LLM inference trace: one unique segment per request (no sharing).
+- ``sessions``: closed-loop sessions (multi-turn chat, agent loops): each turn's prompt is
+  the previous turn's prompt, its answer and a new message (a user turn, or a tool's output);
+  the next turn arrives ``think_s`` after the previous one finished.
+
+``header_tokens`` > 0 prepends one common segment to every prompt of a workload: a chat
+template's header (Llama 3's template with its date lines is about 30 tokens; the suite uses
+whole blocks), so every prompt starts with the same blocks.
+
+An answer segment is ``output_tokens`` copies of :data:`SAMPLED_TOKEN`, the token the
+replay's fabricated model samples, so a later turn's prompt holds exactly the tokens the
+engine cached for the earlier turn's output.
 
 The KV cache of each workload is sized from its *distinct shared blocks* (blocks of the
 chosen block size that belong to a prefix two or more requests share):
@@ -41,9 +52,12 @@ from prefixserving_lab.models.replay_engine import VOCAB_SIZE, EngineShape
 from prefixserving_lab.workloads.traces import TraceRequest, load_azure, load_mooncake
 
 MIN_BATCH = 32
+# The token the replay's fabricated model samples (any id works: outputs ignore EOS).
+SAMPLED_TOKEN = 7
 
 # Segment key namespaces, so different workload kinds never produce equal tokens.
 NS_SYSTEM, NS_QUESTION, NS_COLD, NS_MOONCAKE, NS_UNIQUE = 1, 2, 3, 4, 5
+NS_HEADER, NS_ANSWER, NS_MESSAGE = 6, 7, 8
 
 SegmentKey = tuple[int, ...]
 Segment = tuple[SegmentKey, int]
@@ -53,8 +67,10 @@ Segment = tuple[SegmentKey, int]
 class ReplayRequest:
     """One request to replay: prompt segments, output length and arrival on the clock.
 
-    ``shares_prefix``: whether the first block of its prompt belongs to another request too
-    (the TTFT goal for "requests that share nothing" reads this).
+    ``shares_prefix``: whether the first block of its prompt past the common header belongs
+    to another request too (the TTFT figures of "requests that share nothing" read this).
+    ``after``: the request whose finish this one waits for (a session's previous turn); it
+    then arrives ``think_s`` after that finish and ``arrival_s`` is unused (0).
     """
 
     request_id: str
@@ -62,6 +78,8 @@ class ReplayRequest:
     segments: tuple[Segment, ...]
     output_tokens: int
     shares_prefix: bool
+    after: str | None = None
+    think_s: float = 0.0
 
     @property
     def prompt_tokens(self) -> int:
@@ -76,7 +94,8 @@ class ReplayRequest:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Requests sorted by arrival, the engine they run on, and their ideal hit rate."""
+    """Requests (open arrivals sorted by arrival, then the closed-loop ones), the engine they
+    run on, and their ideal hit rate."""
 
     name: str
     description: str
@@ -94,7 +113,8 @@ class Workload:
             "prompt_tokens_total": sum(prompts),
             "prompt_tokens_mean": round(sum(prompts) / max(1, len(prompts)), 1),
             "cold_requests": sum(1 for r in self.requests if not r.shares_prefix),
-            "duration_s": round(self.requests[-1].arrival_s, 3) if self.requests else 0.0,
+            "duration_s": round(max((r.arrival_s for r in self.requests), default=0.0), 3),
+            "closed_loop_requests": sum(1 for r in self.requests if r.after is not None),
             "ideal_hit_rate": round(self.ideal_hit_rate, 4),
             "shared_blocks": self.shared_blocks,
             "engine": {
@@ -109,6 +129,8 @@ class Workload:
 
 @lru_cache(maxsize=4096)
 def _segment_tokens(key: SegmentKey, n: int) -> tuple[int, ...]:
+    if key[0] == NS_ANSWER:
+        return (SAMPLED_TOKEN,) * n
     rng = np.random.default_rng(list(key))
     return tuple(rng.integers(1, VOCAB_SIZE, size=n).tolist())
 
@@ -128,6 +150,7 @@ def gsp(
     cache_fraction: float = 0.25,
     load: float = 0.9,
     rate_rps: float | None = None,
+    header_tokens: int = 0,
     description: str = "",
 ) -> Workload:
     """Shared-prefix groups (SGLang's generated-shared-prefix shape), shuffled, Poisson at
@@ -152,6 +175,7 @@ def gsp(
         load=load,
         seed=seed,
         rate_rps=rate_rps,
+        header_tokens=header_tokens,
     )
 
 
@@ -166,6 +190,7 @@ def mooncake(
     cache_fraction: float = 0.25,
     load: float | None = 0.5,
     seed: int = 0,
+    header_tokens: int = 0,
     description: str = "",
 ) -> Workload:
     """A Mooncake-format trace. With ``load``, arrival times keep the trace's shape but are
@@ -186,6 +211,7 @@ def mooncake(
         load=load,
         seed=seed,
         time_scale=time_scale,
+        header_tokens=header_tokens,
     )
 
 
@@ -220,6 +246,63 @@ def azure(
     )
 
 
+def sessions(
+    *,
+    name: str,
+    cost: CostModel,
+    base: EngineShape,
+    seed: int = 0,
+    sessions: int = 64,
+    turns: int = 6,
+    systems: int = 8,
+    system_tokens: int = 1024,
+    first_message_tokens: int = 256,
+    message_tokens: int = 128,
+    output_tokens: int = 128,
+    think_s: float = 5.0,
+    cache_fraction: float = 0.25,
+    load: float = 0.9,
+    header_tokens: int = 0,
+    description: str = "",
+) -> Workload:
+    """Closed-loop sessions (multi-turn chat, or an agent loop when the message is a tool's
+    output): session ``c`` opens with system prompt ``c % systems`` and a first message; turn
+    ``t`` > 0 sends turn ``t - 1``'s prompt, its answer and a new ``message_tokens`` message,
+    and arrives ``think_s`` after turn ``t - 1`` finished. Sessions start in Poisson order at
+    ``load`` x the estimated capacity / ``turns`` (so the offered request rate is about
+    ``load`` x capacity while think time is short against a turn). Cost: O(sessions *
+    turns^2) segments."""
+    prompts: list[tuple[tuple[Segment, ...], int]] = []
+    follows: list[int | None] = []
+    for c in range(sessions):
+        segments: list[Segment] = [
+            ((NS_SYSTEM, seed, c % systems), system_tokens),
+            ((NS_MESSAGE, seed, c, 0), first_message_tokens),
+        ]
+        for t in range(turns):
+            if t:
+                segments += [
+                    ((NS_ANSWER, seed, c, t - 1), output_tokens),
+                    ((NS_MESSAGE, seed, c, t), message_tokens),
+                ]
+            follows.append(len(prompts) - 1 if t else None)
+            prompts.append((tuple(segments), output_tokens))
+    return _assemble(
+        name=name,
+        description=description,
+        prompts=prompts,
+        shape=None,
+        base=base,
+        cost=cost,
+        cache_fraction=cache_fraction,
+        load=load,
+        seed=seed,
+        header_tokens=header_tokens,
+        follows=follows,
+        think_s=think_s,
+    )
+
+
 def _mooncake_segments(row: TraceRequest) -> tuple[Segment, ...]:
     segments: list[Segment] = []
     remaining = row.input_tokens
@@ -245,13 +328,25 @@ def _assemble(
     seed: int,
     time_scale: float = 1.0,
     rate_rps: float | None = None,
+    header_tokens: int = 0,
+    follows: Sequence[int | None] | None = None,
+    think_s: float = 0.0,
 ) -> Workload:
-    """Size the cache, compute the ideal prefill, then place arrivals on the clock.
+    """Prepend the header, size the cache, compute the ideal prefill, then place arrivals on
+    the clock.
 
     ``shape``: arrival times from a trace (rescaled when ``load`` is set) or None for
     Poisson arrivals at ``load`` times the estimated capacity (or at ``rate_rps``).
+    ``follows[i]``: the index of the request that request ``i`` waits for (closed loop,
+    ``think_s`` after its finish), or None for an open arrival; open arrivals get the share
+    of the rate that keeps the offered request rate at ``load`` x capacity.
     """
     block = base.block_size
+    follows = follows or [None] * len(prompts)
+    skip = 1 if header_tokens else 0
+    if header_tokens:
+        header: Segment = ((NS_HEADER, seed), header_tokens)
+        prompts = [((header, *segments), output) for segments, output in prompts]
     for segments, output in prompts:
         total = sum(n for _, n in segments) + output
         if total > base.max_model_len:
@@ -278,19 +373,32 @@ def _assemble(
         capacity, load = rate_rps, 1.0
     else:
         capacity = arrival_rate_rps(prompts, prompt_lens, ideal_prefill, cost, engine)
-    arrivals = _arrivals(len(prompts), shape, capacity, load, seed, time_scale)
-    first_segments = Counter(segs[0] for segs, _ in prompts if segs and segs[0][1] >= block)
+    opened = [i for i, parent in enumerate(follows) if parent is None]
+    arrivals = dict(
+        zip(
+            opened,
+            _arrivals(
+                len(opened), shape, capacity * len(opened) / len(prompts), load, seed, time_scale
+            ),
+            strict=True,
+        )
+    )
+    first_segments = Counter(
+        segs[skip] for segs, _ in prompts if len(segs) > skip and segs[skip][1] >= block
+    )
     requests = tuple(
         ReplayRequest(
             request_id=f"{name}-{i}",
-            arrival_s=arrivals[i],
+            arrival_s=arrivals.get(i, 0.0),
             segments=segs,
             output_tokens=output,
-            shares_prefix=bool(segs) and first_segments[segs[0]] > 1,
+            shares_prefix=len(segs) > skip and first_segments[segs[skip]] > 1,
+            after=None if follows[i] is None else f"{name}-{follows[i]}",
+            think_s=0.0 if follows[i] is None else think_s,
         )
         for i, (segs, output) in enumerate(prompts)
     )
-    ordered = tuple(sorted(requests, key=lambda r: r.arrival_s))
+    ordered = tuple(sorted(requests, key=lambda r: (r.after is not None, r.arrival_s)))
     return Workload(
         name=name,
         description=description,

@@ -17,7 +17,10 @@ number of waiting requests that still have to compute that block, and:
   the requests that need it: ``sum(1 / count(b))`` over its uncached blocks. A request that
   shares nothing costs its whole uncached length; ``k`` requests sharing ``s`` uncached blocks
   each carry ``s / k`` of them, so the sum over the queue is the queue's distinct uncached work;
-* ``num_nodes`` is that distinct uncached work in blocks (the autoscaler's backlog signal).
+* ``num_nodes`` is that distinct uncached work in blocks (the autoscaler's backlog signal);
+* ``has_reuse``: some waiting request has a cached prefix, or two share their first uncached
+  block: only then can the order of the queue save prefill work (two counters kept as requests
+  enter and leave their frontier).
 
 **Algorithm**
 1. ``insert(key, hashes, frontier)``: add one to the count of every block at or beyond the
@@ -51,6 +54,8 @@ class QueueIndex(Generic[H]):
         self._paths: dict[str, tuple[H, ...]] = {}
         self._frontier: dict[str, int] = {}
         self._at: dict[H, set[str]] = {}
+        self._with_cached_prefix = 0  # requests whose frontier is past their first block
+        self._clusters = 0  # frontier blocks that two or more requests need next
 
     def __len__(self) -> int:
         """Indexed requests."""
@@ -66,6 +71,11 @@ class QueueIndex(Generic[H]):
     def num_nodes(self) -> int:
         """Distinct blocks some waiting request still has to compute."""
         return len(self._counts)
+
+    @property
+    def has_reuse(self) -> bool:
+        """Whether a waiting request has a cached prefix or shares its next block. O(1)."""
+        return self._with_cached_prefix > 0 or self._clusters > 0
 
     def count(self, block_hash: H) -> int:
         """Waiting requests that still have to compute ``block_hash`` (0 if none). O(1)."""
@@ -156,14 +166,25 @@ class QueueIndex(Generic[H]):
                 at.setdefault(path[frontier], set()).add(key)
         assert counts == self._counts, "counts differ from a recount of the uncached paths"
         assert at == self._at, "frontier sets differ from a recount"
+        assert self._with_cached_prefix == sum(1 for f in self._frontier.values() if f > 0)
+        assert self._clusters == sum(1 for members in at.values() if len(members) > 1)
 
     def _enter(self, key: str, path: tuple[H, ...], frontier: int) -> None:
+        if frontier > 0:
+            self._with_cached_prefix += 1
         if frontier < len(path):
-            self._at.setdefault(path[frontier], set()).add(key)
+            members = self._at.setdefault(path[frontier], set())
+            members.add(key)
+            if len(members) == 2:
+                self._clusters += 1
 
     def _leave(self, key: str, path: tuple[H, ...], frontier: int) -> None:
+        if frontier > 0:
+            self._with_cached_prefix -= 1
         if frontier < len(path):
             members = self._at[path[frontier]]
+            if len(members) == 2 and key in members:
+                self._clusters -= 1
             members.discard(key)
             if not members:
                 del self._at[path[frontier]]

@@ -10,7 +10,8 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
    that the engine really allocated become pioneers (:mod:`.holding`); pioneers that finished
    their prefill or made no progress retire and hand back their siblings; the guard
    (:mod:`.guard`) protects the cached blocks the lanes' plan will read and reports pressure,
-   which lets the lanes leave arrival order for ``PRESSURE_MEMORY_STEPS`` steps; the running
+   which, while some waiting request can reuse blocks (``QueueIndex.has_reuse``), lets the
+   lanes leave arrival order for ``PRESSURE_MEMORY_STEPS`` steps; the running
    requests' block reserve is recorded.
 3. **Presenting** (``bool`` / ``peek``): the lanes pick; the pick's frontier is re-checked (two
    probes: its last cached block is still cached, its first uncached block still is not; if not,
@@ -183,7 +184,9 @@ class PeekQueue(Generic[R, H]):
             return
         self.guard.release_all()
         self.last_guard_report = self.guard.step(self._plan_rank(), window_blocks)
-        if self.last_guard_report.pressure:
+        # Pressure on a queue where no request can reuse anything (no cached prefix, no shared
+        # next block) is no reason to leave arrival order: reordering would save no prefill.
+        if self.last_guard_report.pressure and self.index.has_reuse:
             self.stats.pressure_steps += 1
             self._steps_since_pressure = 0
         else:

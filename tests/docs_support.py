@@ -68,6 +68,8 @@ REPO_DIRS = tuple(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.st
 # Programs whose commands need a running system; what is not checked, and why.
 UNCHECKED: dict[str, str] = {
     "curl": "asks a running router, engine or warm-up sidecar",
+    "grpcurl": "asks a running endpoint picker's gRPC port",
+    "istioctl": "installs Istio into the user's cluster",
     "argocd": "needs an Argo CD server",
     "grep": "filters the output of the command before it",
     "iconv": "converts the user's own file",
@@ -84,6 +86,8 @@ KNOWN_TYPES = frozenset(
         "scaledobject", "scaledobjects", "servicemonitor", "servicemonitors",
         "prometheusrule", "prometheusrules", "node", "nodes", "no",
         "clusterkopfpeering", "clusterkopfpeerings", "kopfpeering", "kopfpeerings",
+        "inferencepool", "inferencepools", "infpool", "gateway", "gateways", "httproute",
+        "httproutes",
     }
 )  # fmt: skip
 KUBECTL_VALUE_FLAGS = frozenset(

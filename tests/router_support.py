@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
+import uvicorn
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
@@ -19,6 +21,8 @@ from prefixserving.router.policies.base import (
 from prefixserving.router.prefix_hashing import KeyConfig
 from prefixserving.router.server import uvicorn_config
 from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
+from prefixserving_lab.testing import wait_for
 
 FAST_POOL = PoolConfig(scrape_interval_s=0.05, scrape_timeout_s=0.5, dns_interval_s=0.05)
 
@@ -100,3 +104,23 @@ def metric_value(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     return 0.0
+
+
+@contextlib.contextmanager
+def engine_in_thread(engine: FakeEngine) -> Iterator[str]:
+    """A fake engine served by uvicorn in a background thread (the router is a subprocess)."""
+    port = free_port()
+    server = uvicorn.Server(fake_engine_config(engine, port=port))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+
+        def started() -> bool:
+            assert thread.is_alive(), "the fake engine did not start"
+            return server.started
+
+        wait_for(started, what="the fake engine")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -113,6 +113,23 @@ def test_router_overhead_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_picker_latency_smoke(tmp_path: Path) -> None:
+    run_script(
+        "picker_latency.py",
+        *("--seconds", "0.2", "--response-chunks", "1", "--chunk-interval-ms", "2"),
+        *("--out-dir", str(tmp_path)),
+        timeout_s=300,
+    )
+    data = results(tmp_path, "picker-latency", "Endpoint picker: pick latency")
+    assert [(r["streams"], r["prompt_bytes"]) for r in data["grid"]] == [
+        (streams, size) for streams in (1, 50, 200) for size in (2_000, 20_000, 200_000)
+    ]
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in data["grid"])
+    assert len(data["plaintext"]) == len(data["baseline"]) == len(data["decode"]) == 3
+    assert isinstance(data["goal_met"], bool)
+
+
+@pytest.mark.slow
 def test_real_engine_peek_smoke(tmp_path: Path) -> None:
     run_script(
         "real_engine_peek.py",

@@ -15,6 +15,7 @@ import yaml
 from api_support import KUBE_VERSIONS, assert_all_valid, crd_schemas
 from conftest import tool
 from prefixserving import constants
+from prefixserving.render.router import PICKER_PORT_NAME
 from render_examples import rendered, resource_examples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,10 +192,18 @@ def test_fleet_service_monitor_selects_the_children_services(rendered_variants: 
     selector = monitor["spec"]["selector"]["matchLabels"]
     services = [o for name in resource_examples() for o in rendered(name) if o["kind"] == "Service"]
     assert services
+    assert any(PICKER_PORT_NAME in _port_names(service) for service in services)
     for service in services:
         assert selector.items() <= service["metadata"]["labels"].items()
         ports = {e["port"] for e in monitor["spec"]["endpoints"]}
-        assert {p["name"] for p in service["spec"]["ports"]} <= ports
+        # Every port that serves /metrics is scraped; the picker's gRPC port serves none (its
+        # metrics are on the router's HTTP port).
+        assert _port_names(service) - {PICKER_PORT_NAME} <= ports
+        assert PICKER_PORT_NAME not in ports
+
+
+def _port_names(service: dict[str, Any]) -> set[str]:
+    return {port["name"] for port in service["spec"]["ports"]}
 
 
 @pytest.mark.parametrize(

@@ -355,6 +355,52 @@ async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None
 
 
 @pytest.mark.slow
+async def test_router_image_runs_the_endpoint_picker(router_image: Image) -> None:
+    """The image has the picker's dependencies (grpcio, xds-protos, grpcio-health-checking,
+    cryptography): the picker starts with its self-signed TLS and answers a gateway stream."""
+    import grpc
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
+
+    from picker_support import chat_body
+    from prefixserving_lab.runners.gateway import (
+        picked,
+        request_body,
+        request_headers,
+        trusting_credentials,
+    )
+
+    engine = FakeEngine(name="e0")
+    port, grpc_port = free_port(), free_port()
+    async with serving(fake_engine_config(engine)) as backend:
+        args = ["--mode", "endpoint-picker", "--host", "127.0.0.1", "--port", str(port)]
+        args += ["--grpc-port", str(grpc_port), "--backend", backend]
+        process = await asyncio.create_subprocess_exec(
+            *router_image.command(*args),
+            env=router_image.process_env(),
+            cwd=router_image.path("."),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                await _ready(client, process)
+            credentials, options = trusting_credentials("127.0.0.1", grpc_port)
+            target = f"127.0.0.1:{grpc_port}"
+            async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
+                call = external_processor_pb2_grpc.ExternalProcessorStub(channel).Process()
+                await call.write(request_headers())
+                await call.write(request_body(chat_body("hello", model=engine.model), True))
+                header, _ = picked(await call.read())
+                assert header == backend.removeprefix("http://")
+                call.cancel()
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            output, _ = await asyncio.wait_for(process.communicate(), START_TIMEOUT_S)
+    assert process.returncode in (0, -signal.SIGTERM), output.decode()
+
+
+@pytest.mark.slow
 def test_engine_image_builds_the_scheduler_the_operator_names(
     engine_site: Path, tmp_path: Path
 ) -> None:

@@ -45,7 +45,7 @@ def test_a_template_rendering_another_kind_than_its_row_is_refused(
 
 def test_optional_kinds_are_those_whose_own_api_may_be_missing() -> None:
     optional = {k.kind for k in kinds.KINDS.values() if k.optional}
-    assert optional == {"ScaledObject", "ServiceMonitor", "PrometheusRule"}
+    assert optional == {"ScaledObject", "ServiceMonitor", "PrometheusRule", "InferencePool"}
     hpa = kinds.HORIZONTAL_POD_AUTOSCALER
     assert hpa.requires is kinds.CUSTOM_METRICS and not hpa.optional  # applied, then reported
     assert "{ref}" in kinds.KEDA.missing

@@ -341,6 +341,46 @@ def test_keda_missing_reports_scaler_missing_until_installed(harness: Harness) -
     )
 
 
+def test_a_missing_inference_pool_crd_is_degraded_until_installed(harness: Harness) -> None:
+    """router.mode endpointPicker without the InferencePool CRD: the picker runs, the pool is
+    skipped and Degraded says why; once the CRD is served the next reconcile creates it."""
+    harness.create(resource("gw", "t-gw", router={"mode": "endpointPicker"}))
+    degraded = wait_for(
+        lambda: (
+            (c := harness.condition("t-gw", "gw", lifecycle.COND_DEGRADED))
+            and c["reason"] == lifecycle.REASON_INFERENCE_POOL_MISSING
+            and c
+        ),
+        what="InferencePoolMissing",
+    )
+    assert degraded["status"] == "True"
+    assert "InferencePool/gw" in degraded["message"] and "router.mode: proxy" in degraded["message"]
+    children = harness.children("t-gw", "gw")
+    assert "Deployment/gw-router" in children and "InferencePool/gw" not in children
+    router_args = children["Deployment/gw-router"]["spec"]["template"]["spec"]["containers"][0]
+    assert "endpoint-picker" in router_args["args"]
+    assert (harness.prefixserving("t-gw", "gw").get("status") or {}).get("routerEndpoint") is None
+
+    harness.emulator.install(resources.INFERENCE_EXTENSION[0])
+    harness.patch_spec("t-gw", "gw", {"replicas": 3})
+    pool_kind = KINDS[("inference.networking.k8s.io/v1", "InferencePool")]
+    pool = wait_for(lambda: harness.get(pool_kind, "t-gw", "gw"), what="InferencePool created")
+    assert pool["spec"]["endpointPickerRef"]["name"] == "gw-router"
+    wait_for(
+        lambda: (
+            (harness.condition("t-gw", "gw", lifecycle.COND_DEGRADED) or {}).get("status")
+            == "False"
+        ),
+        what="Degraded cleared",
+    )
+    harness.patch_spec("t-gw", "gw", {"router": {"mode": "proxy"}})
+    wait_for(lambda: harness.get(pool_kind, "t-gw", "gw") is None, what="pool pruned")
+    wait_for(
+        lambda: (harness.prefixserving("t-gw", "gw").get("status") or {}).get("routerEndpoint"),
+        what="routerEndpoint back in proxy mode",
+    )
+
+
 def test_refused_child_degrades_naming_the_object_and_message(harness: Harness) -> None:
     message = 'services "refuse-router" is forbidden: exceeded quota: services=10'
 

@@ -6,20 +6,17 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from click.testing import CliRunner
 
 from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
-from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config
+from prefixserving_lab.runners.fake_engine import FakeEngine
 from prefixserving_lab.runners.stack.processes import free_port
-from prefixserving_lab.testing import wait_for
+from router_support import engine_in_thread
 from support.processes import wait_for_answer
 
 FLAGS = (
@@ -105,26 +102,6 @@ def test_router_process_serves_health_and_readiness() -> None:
     assert "Application shutdown complete." in messages
 
 
-@contextlib.contextmanager
-def _engine_in_thread(engine: FakeEngine) -> Iterator[str]:
-    """A fake engine served by uvicorn in a background thread (the router is a subprocess)."""
-    port = free_port()
-    server = uvicorn.Server(fake_engine_config(engine, port=port))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-
-        def started() -> bool:
-            assert thread.is_alive(), "the fake engine did not start"
-            return server.started
-
-        wait_for(started, what="the fake engine")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _worker_pids(parent: int) -> list[int]:
     """Worker processes uvicorn spawned under ``parent``."""
     pids = []
@@ -143,7 +120,7 @@ def _worker_pids(parent: int) -> list[int]:
 def test_workers_share_the_port_and_stop_together() -> None:
     engine = FakeEngine(name="e0")
     port = free_port()
-    with _engine_in_thread(engine) as url:
+    with engine_in_thread(engine) as url:
         command = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
         command += ["--port", str(port), "--backend", url, "--workers", "2"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

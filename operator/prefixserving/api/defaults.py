@@ -63,8 +63,14 @@ ROUTER_ALGORITHM: Final = "prefix-affinity"
 ROUTER_LOAD_BOUND: Final = constants.ROUTER_LOAD_BOUND
 ROUTER_PREFIX_BLOCKS: Final = constants.ROUTER_PREFIX_BLOCKS
 ROUTER_BLOCK_CHARS: Final = constants.ROUTER_BLOCK_CHARS
+ROUTER_MODE: Final = "proxy"
 ROUTER_CPU: Final = "1"
 ROUTER_MEMORY: Final = "1Gi"
+
+# endpoint picker (router.mode endpointPicker)
+PICKER_FAILURE_MODE: Final = "FailOpen"
+PICKER_SECURE_SERVING: Final = constants.PICKER_SECURE_SERVING
+PICKER_SHED_WAITING_REQUESTS: Final = constants.PICKER_SHED_WAITING_REQUESTS
 
 # autoscaling
 AUTOSCALING_BACKEND: Final = "keda"

@@ -22,9 +22,12 @@ Condition              Meaning, who sets it, when
                        ``RenderFailed``: nothing was applied; the message says what to do.
 ``Degraded``           True, ``InvalidSpec``, ``RenderFailed``, ``ChildRejected`` (the API
                        server refused a child), ``ScalerMissing`` (KEDA or the custom metrics
-                       API is not installed) or ``PolicyNotFound`` (the ScalingPolicy named by
-                       ``policyRef`` is missing or invalid). False, ``Reconciled``: every child
-                       was applied. Set by the reconcile (create, update, resume, resync).
+                       API is not installed), ``InferencePoolMissing`` (router.mode
+                       endpointPicker, and the InferencePool CRD of the Gateway API Inference
+                       Extension is not installed: the pool is skipped, the picker runs) or
+                       ``PolicyNotFound`` (the ScalingPolicy named by ``policyRef`` is missing
+                       or invalid). False, ``Reconciled``: every child was applied. Set by the
+                       reconcile (create, update, resume, resync).
 ``MetricsAvailable``   True, ``PrometheusAnswered``; False, ``PrometheusUnavailable``; Unknown,
                        ``PrometheusNotConfigured`` (the operator runs without
                        ``--prometheus-url``). Set by the metrics job; only ``status.metrics``
@@ -69,6 +72,7 @@ REASON_ROLLING_OUT: Final = "RollingOut"
 REASON_ROLLOUT_COMPLETE: Final = "RolloutComplete"
 REASON_CHILD_REJECTED: Final = "ChildRejected"
 REASON_SCALER_MISSING: Final = "ScalerMissing"
+REASON_INFERENCE_POOL_MISSING: Final = "InferencePoolMissing"
 REASON_POLICY_NOT_FOUND: Final = "PolicyNotFound"
 REASON_RECONCILED: Final = "Reconciled"
 REASON_PROMETHEUS_ANSWERED: Final = "PrometheusAnswered"
@@ -81,6 +85,7 @@ NOT_READY_REASONS: Final = HALT_REASONS | {REASON_ENGINE_UNAVAILABLE, REASON_ROU
 DEGRADED_REASONS: Final = HALT_REASONS | {
     REASON_CHILD_REJECTED,
     REASON_SCALER_MISSING,
+    REASON_INFERENCE_POOL_MISSING,
     REASON_POLICY_NOT_FOUND,
 }
 

@@ -49,6 +49,12 @@ def autoscaler(name: str) -> str:
     return f"{name}-engine"
 
 
+def inference_pool(name: str) -> str:
+    """InferencePool of the engines (router.mode endpointPicker), the backendRef of a gateway's
+    HTTPRoute: ``<name>``."""
+    return name
+
+
 def engine_service_account(name: str) -> str:
     """ServiceAccount of the engine pods (only with warm-up: its sidecar posts Events)."""
     return f"{name}-engine"

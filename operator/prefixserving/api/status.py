@@ -69,7 +69,10 @@ class PrefixServingStatus(ApiModel):
     warm_replicas: int | None = Field(
         default=None, description="Engine pods whose warm-up finished (Ready after warm-up)."
     )
-    router_endpoint: str | None = Field(default=None, description="URL clients use.")
+    router_endpoint: str | None = Field(
+        default=None,
+        description="URL clients use (router.mode proxy; with endpointPicker, the gateway's).",
+    )
     metrics: StatusMetrics | None = Field(default=None, description="Prometheus figures.")
     hints: list[str] = Field(
         default_factory=list, description="Likely causes of poor caching, for the operator's user."

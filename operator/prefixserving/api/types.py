@@ -336,9 +336,53 @@ class PlacementSpec(ApiModel):
 # -------------------------------------------------------------------------------------- router
 
 
+class EndpointPickerSpec(ApiModel):
+    """The endpoint picker of router.mode endpointPicker and the InferencePool that names it."""
+
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default=defaults.PICKER_FAILURE_MODE,
+        description=(
+            "What the gateway does while the picker does not answer (InferencePool "
+            "endpointPickerRef.failureMode): 'FailOpen' sends the request to any engine of the "
+            "pool, 'FailClose' answers an error."
+        ),
+    )
+    secure_serving: bool = Field(
+        default=defaults.PICKER_SECURE_SERVING,
+        description=(
+            "TLS with a self-signed certificate on the picker's gRPC port, as gateways expect "
+            "unless configured otherwise (they do not verify it); false: plaintext, for Istio "
+            "without a TLS DestinationRule or a mesh that adds mTLS itself."
+        ),
+    )
+    shed_waiting_requests: int = Field(
+        default=defaults.PICKER_SHED_WAITING_REQUESTS,
+        ge=0,
+        le=100_000,
+        description=(
+            "Answer 429 (with Retry-After) when every engine has at least this many requests "
+            "waiting; 0 never sheds."
+        ),
+    )
+
+
 class RouterSpec(ApiModel):
     """The prefix-aware router in front of the engines."""
 
+    mode: Literal["proxy", "endpointPicker"] = Field(
+        default=defaults.ROUTER_MODE,
+        description=(
+            "'proxy': clients call the router (status.routerEndpoint), which forwards each "
+            "request to its engine. 'endpointPicker': an inference gateway (Gateway API "
+            "Inference Extension) sends the requests for the InferencePool named like this "
+            "resource, and asks the router's endpoint picker which engine takes each one; no "
+            "proxy runs. Needs the InferencePool CRD (inference.networking.k8s.io/v1)."
+        ),
+    )
+    endpoint_picker: EndpointPickerSpec = Field(
+        default_factory=EndpointPickerSpec,
+        description="The endpoint picker and its InferencePool (mode endpointPicker).",
+    )
     image: str = Field(
         default=defaults.ROUTER_IMAGE, min_length=1, max_length=512, description="Router image."
     )

@@ -25,6 +25,7 @@ from prefixserving.api.types import PrefixServing, PrefixServingSpec, ScalingPol
 from prefixserving.api.validation import SpecError, check_rules
 from prefixserving.render.context import build_context
 from prefixserving.render.environment import render_template
+from prefixserving.render.router import PICKER_MODE
 
 # Owner uid used when a resource has none yet (``prefixserving render`` of a file, a GitOps
 # preview); the operator always renders objects read from the API server, which have one.
@@ -48,6 +49,10 @@ def _inline_warmup(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
 
 def _backend(backend: str) -> ChildPredicate:
     return lambda spec, auto: auto.enabled and auto.backend == backend
+
+
+def _endpoint_picker(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
+    return spec.router.mode == PICKER_MODE
 
 
 def _service_monitor(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> bool:
@@ -80,6 +85,9 @@ CHILDREN: tuple[Child, ...] = (
     Child("router-service.yaml.j2", kinds.SERVICE, constants.COMPONENT_ROUTER, _always),
     Child("router-deployment.yaml.j2", kinds.DEPLOYMENT, constants.COMPONENT_ROUTER, _always),
     Child("router-pdb.yaml.j2", kinds.POD_DISRUPTION_BUDGET, constants.COMPONENT_ROUTER, _always),
+    Child(
+        "inferencepool.yaml.j2", kinds.INFERENCE_POOL, constants.COMPONENT_ENGINE, _endpoint_picker
+    ),
     Child(
         "hpa.yaml.j2", kinds.HORIZONTAL_POD_AUTOSCALER, names.COMPONENT_AUTOSCALER, _backend("hpa")
     ),

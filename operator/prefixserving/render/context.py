@@ -1,9 +1,9 @@
 """The values the templates lay out, computed from a validated spec.
 
 Everything that needs a decision (argument lists, resources, volumes, probe thresholds,
-queries) is computed in Python, one module per part (``engine``, ``warmup``, ``autoscaling``;
-the router's arguments here, the alert rules in ``autoscaling.alerts``); the templates only
-place these values. ``build_context`` is pure; its cost is linear in the spec's size.
+queries) is computed in Python, one module per part (``engine``, ``warmup``, ``autoscaling``,
+``router``; the alert rules in ``autoscaling.alerts``); the templates only place these
+values. ``build_context`` is pure; its cost is linear in the spec's size.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import alerts
 from prefixserving.render.autoscaling import autoscaling_context
 from prefixserving.render.engine import engine_context
-from prefixserving.render.formats import number
+from prefixserving.render.router import router_context
 from prefixserving.render.warmup import warmup_context
 
 
 def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[str, Any]:
     """Every value the templates use, for one PrefixServing and its effective autoscaling."""
     spec, name, namespace = resource.spec, resource.metadata.name, resource.metadata.namespace
-    router = spec.router
     return {
         "namespace": namespace,
         "names": {
@@ -52,27 +51,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
         },
         "engine": engine_context(spec, auto),
         "warmup": warmup_context(resource),
-        "router": {
-            "image": router.image,
-            "replicas": router.replicas,
-            "args": [
-                "--port",
-                str(constants.ROUTER_PORT),
-                "--dns",
-                names.engine_dns(name, namespace),
-                "--policy",
-                router.algorithm,
-                "--load-bound",
-                number(router.load_bound),
-                "--prefix-blocks",
-                str(router.prefix_blocks),
-                "--block-chars",
-                str(router.block_chars),
-                "--model",
-                spec.model.served_name,
-            ],
-            "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
-        },
+        "router": router_context(resource),
         "nonroot_uid": constants.IMAGE_UID,
         "image_pull_secrets": [ref.model_dump() for ref in spec.image_pull_secrets],
         "autoscaling": autoscaling_context(resource, auto),

@@ -48,12 +48,23 @@ from prefixserving.router.errors import error_response
 from prefixserving.router.exposition import RouterMetrics
 from prefixserving.router.hot import DEFAULT_LIMIT, MAX_LIMIT, HotPrefixes
 from prefixserving.router.hygiene import PrefixHygiene
-from prefixserving.router.policies.base import RoutingContext, RoutingPolicy, route
+from prefixserving.router.policies.base import Decision, RoutingContext, RoutingPolicy, route
 from prefixserving.router.proxy import Exchange, Proxy, UpstreamRequest
 from prefixserving.router.upstream import UpstreamPool
 
 KeyFunction = Callable[[Mapping[str, Any], prefix_hashing.KeyConfig], prefix_hashing.PrefixKey]
 Handler = Callable[[Scope, Receive], Awaitable[ASGIApp | None]]
+Backends = tuple[str, ...]
+# The answer when no engine takes traffic (503, with Retry-After).
+NO_ENGINE_MESSAGE = (
+    "no engine replica is ready; retry shortly (check: kubectl get pods -l "
+    f"{constants.LABEL_COMPONENT}={constants.COMPONENT_ENGINE})"
+)
+# The request paths keyed by prefix, and how.
+KEYED_PATHS: dict[str, KeyFunction] = {
+    "/v1/completions": prefix_hashing.completion_key,
+    "/v1/chat/completions": prefix_hashing.chat_key,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +187,27 @@ class Router:
             raise _BadBody(408, "request body not received in time") from error
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def decide(
+        self, key: prefix_hashing.PrefixKey | None, body: Mapping[str, Any], backends: Backends
+    ) -> Decision | None:
+        """The routing step of one request, shared by the HTTP router and the endpoint picker:
+        record ``key`` (None: a request without one) for prefix hygiene and hot prefixes, then
+        let the policy decide among ``backends`` with the scraped loads and count the decision.
+        None when ``backends`` is empty. Cost: one ``policies.base.route``."""
+        if key is not None:
+            self.hygiene.observe(key)
+            self.hot.observe(key, body)
+        if not backends:
+            return None
+        blocks = key.blocks if key is not None else ()
+        decision = route(self.policy, RoutingContext(blocks, backends, self.pool.loads()))
+        self.metrics.decisions.inc(self.policy.name, decision.reason.value)
+        return decision
+
     def _no_backend(self) -> Response:
         self.metrics.requests.inc("", "no_backend")
         return error_response(
-            503,
-            "no engine replica is ready; retry shortly (check: kubectl get pods -l "
-            f"{constants.LABEL_COMPONENT}={constants.COMPONENT_ENGINE})",
-            headers={"Retry-After": str(self.config.retry_after_s)},
+            503, NO_ENGINE_MESSAGE, headers={"Retry-After": str(self.config.retry_after_s)}
         )
 
     def _reject(self, status: int, message: str, param: str | None = None) -> Response:
@@ -203,13 +228,9 @@ class Router:
                 key = key_function(body, self.key_config)
             except prefix_hashing.RequestError as error:
                 return self._reject(400, str(error), error.param)
-            self.hygiene.observe(key)
-            self.hot.observe(key, body)
-            backends = self.pool.healthy()
-            if not backends:
+            decision = self.decide(key, body, self.pool.healthy())
+            if decision is None:
                 return self._no_backend()
-            decision = route(self.policy, RoutingContext(key.blocks, backends, self.pool.loads()))
-            self.metrics.decisions.inc(self.policy.name, decision.reason.value)
             request = UpstreamRequest.of(scope, raw)
             return Exchange(self.proxy, request, decision.candidates, received_at)
 
@@ -315,18 +336,27 @@ class RouterApp:
         await send({"type": "lifespan.shutdown.complete"})
 
 
+def admin_routes(router: Router) -> dict[str, tuple[str, Handler]]:
+    """The routes that are not proxied: health, metrics, hot prefixes, hygiene."""
+    return {
+        "/healthz": ("GET", router.healthz),
+        "/readyz": ("GET", router.readyz),
+        "/metrics": ("GET", router.prometheus),
+        constants.ROUTER_HOT_PREFIXES_PATH: ("GET", router.hot_prefixes),
+        constants.ROUTER_HYGIENE_PATH: ("GET", router.hygiene_report),
+    }
+
+
 def build_app(router: Router) -> RouterApp:
     """The ASGI app of ``router``; run it with ``router.server.uvicorn_config``."""
-    return RouterApp(
-        router,
-        {
-            "/v1/completions": ("POST", router.routed_endpoint(prefix_hashing.completion_key)),
-            "/v1/chat/completions": ("POST", router.routed_endpoint(prefix_hashing.chat_key)),
-            "/v1/models": ("GET", router.models),
-            "/healthz": ("GET", router.healthz),
-            "/readyz": ("GET", router.readyz),
-            "/metrics": ("GET", router.prometheus),
-            constants.ROUTER_HOT_PREFIXES_PATH: ("GET", router.hot_prefixes),
-            constants.ROUTER_HYGIENE_PATH: ("GET", router.hygiene_report),
-        },
-    )
+    proxied: dict[str, tuple[str, Handler]] = {
+        path: ("POST", router.routed_endpoint(key)) for path, key in KEYED_PATHS.items()
+    }
+    proxied["/v1/models"] = ("GET", router.models)
+    return RouterApp(router, proxied | admin_routes(router))
+
+
+def build_admin_app(router: Router) -> RouterApp:
+    """The HTTP app of the endpoint picker (``router.picker``): the admin routes only; the
+    gateway forwards the requests themselves."""
+    return RouterApp(router, admin_routes(router))

@@ -1,4 +1,5 @@
-"""``prefixserving router``: run the prefix router in front of vLLM engines.
+"""``prefixserving router``: run the prefix router in front of vLLM engines, or (``--mode
+endpoint-picker``) the endpoint picker a gateway asks for each request (``router.picker``).
 
 With ``--workers N`` (N > 1) uvicorn binds the port once and starts N worker processes that
 accept from it; the parent checks the flags, then hands them to the workers as JSON in the
@@ -14,6 +15,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,9 +29,10 @@ from prefixserving.router.prefix_hashing import (
 )
 
 if TYPE_CHECKING:
-    from prefixserving.router.app import RouterApp
+    from prefixserving.router.app import Router, RouterApp
 
 POLICIES = tuple(name.replace("_", "-") for name in POLICY_NAMES)
+MODES = ("proxy", "endpoint-picker")
 SETTINGS_ENV = "PREFIXSERVING_ROUTER_SETTINGS"
 # Policies with a load bound (the others balance without affinity).
 _BOUNDED_POLICIES = {"prefix-affinity", "two-choice"}
@@ -166,6 +169,44 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
 )
 @click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="proxy",
+    show_default=True,
+    help="proxy: serve the OpenAI API and forward each request; endpoint-picker: answer a "
+    "gateway's ext_proc stream with the engine to use (docs/gateway.md).",
+)
+@click.option(
+    "--grpc-port",
+    default=constants.PICKER_GRPC_PORT,
+    show_default=True,
+    type=int,
+    help="endpoint-picker: port of the ext_proc and gRPC health services.",
+)
+@click.option(
+    "--secure-serving/--no-secure-serving",
+    default=constants.PICKER_SECURE_SERVING,
+    show_default=True,
+    help="endpoint-picker: TLS on the gRPC port (self-signed unless --tls-cert-file is given).",
+)
+@click.option(
+    "--tls-cert-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="endpoint-picker: PEM certificate for the gRPC port (with --tls-key-file).",
+)
+@click.option(
+    "--tls-key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="endpoint-picker: PEM private key of --tls-cert-file.",
+)
+@click.option(
+    "--shed-waiting-requests",
+    type=click.IntRange(min=0),
+    default=constants.PICKER_SHED_WAITING_REQUESTS,
+    show_default=True,
+    help="endpoint-picker: answer 429 when every engine has this many requests waiting (0: never).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,
@@ -173,12 +214,25 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     help="Processes serving the port, each with its own backend pool, in-flight counts and "
     "metrics (see docs/router.md, Performance); more router replicas scale the same way.",
 )
-def router(host: str, port: int, log_format: str, workers: int, **options: Any) -> None:
+def router(
+    host: str,
+    port: int,
+    log_format: str,
+    workers: int,
+    mode: str,
+    grpc_port: int,
+    secure_serving: bool,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    shed_waiting_requests: int,
+    **options: Any,
+) -> None:
     """Route OpenAI requests to the engine that has their prefix cached.
 
     \b
     Local:      prefixserving router --backend http://127.0.0.1:8000 --backend http://127.0.0.1:8001
     Kubernetes: prefixserving router --dns my-model-engine.ns.svc.cluster.local:8000
+    Gateway:    prefixserving router --mode endpoint-picker --dns NAME:PORT (docs/gateway.md)
     """
     import uvicorn
     from uvicorn.supervisors import Multiprocess
@@ -190,6 +244,12 @@ def router(host: str, port: int, log_format: str, workers: int, **options: Any) 
         raise click.UsageError(
             "give the engines either as --backend URL (repeatable) or as --dns NAME:PORT"
         )
+    if mode == "endpoint-picker":
+        if workers != 1:
+            raise click.UsageError("--workers applies to --mode proxy only")
+        tls = _tls(secure_serving, tls_cert_file, tls_key_file)
+        _run_picker(settings, host, port, grpc_port, tls, shed_waiting_requests, log_format)
+        return
     try:
         app = build_router_app(settings)  # also checks the settings before any worker starts
     except ValueError as error:
@@ -204,9 +264,64 @@ def router(host: str, port: int, log_format: str, workers: int, **options: Any) 
     Multiprocess(config, sockets=[config.bind_socket()]).run()
 
 
-def build_router_app(settings: RouterSettings) -> RouterApp:
-    """The router's ASGI app from the command-line settings; ``ValueError`` for bad ones."""
-    from prefixserving.router.app import Router, RouterConfig, build_app
+def _tls(secure: bool, cert_file: str | None, key_file: str | None) -> tuple[bytes, bytes] | None:
+    """``(key, certificate)`` PEM for the picker's gRPC port, or None for plaintext."""
+    if (cert_file is None) != (key_file is None):
+        raise click.UsageError("give --tls-cert-file and --tls-key-file together")
+    if not secure:
+        if cert_file is not None:
+            raise click.UsageError("--tls-cert-file needs --secure-serving")
+        return None
+    if cert_file is not None and key_file is not None:
+        return Path(key_file).read_bytes(), Path(cert_file).read_bytes()
+    from prefixserving.router.picker.server import self_signed_certificate
+
+    return self_signed_certificate()
+
+
+def _run_picker(
+    settings: RouterSettings,
+    host: str,
+    port: int,
+    grpc_port: int,
+    tls: tuple[bytes, bytes] | None,
+    shed_waiting_requests: int,
+    log_format: str,
+) -> None:
+    """Serve the endpoint picker (gRPC) and the admin routes (HTTP) until SIGTERM."""
+    import asyncio
+    import logging.config
+
+    from prefixserving.router.picker.server import run
+    from prefixserving.router.picker.stream import PickerConfig
+
+    try:
+        router = build_router(settings)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    logs = log_config(log_format)
+    logging.config.dictConfig(logs)
+    main = run(
+        router,
+        PickerConfig(shed_waiting_requests=shed_waiting_requests),
+        host=host,
+        grpc_port=grpc_port,
+        http_port=port,
+        tls=tls,
+        log_config=logs,
+    )
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] brings it on Linux
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
+def build_router(settings: RouterSettings) -> Router:
+    """The router (pool, policy, key, metrics) from the command-line settings; ``ValueError``
+    for bad ones. The HTTP router and the endpoint picker are built alike."""
+    from prefixserving.router.app import Router, RouterConfig
     from prefixserving.router.backends import BackendPool, PoolConfig
     from prefixserving.router.policies.registry import make_policy
 
@@ -221,16 +336,21 @@ def build_router_app(settings: RouterSettings) -> RouterApp:
         dns=_parse_dns(s.dns),
         config=PoolConfig(scrape_interval_s=s.scrape_interval_s),
     )
-    return build_app(
-        Router(
-            pool=pool,
-            policy=make_policy(s.policy, **policy_config),
-            key_config=KeyConfig(
-                block_chars=s.block_chars, prefix_blocks=s.prefix_blocks, base_model=s.model
-            ),
-            config=RouterConfig(max_body_bytes=s.max_body_bytes),
-        )
+    return Router(
+        pool=pool,
+        policy=make_policy(s.policy, **policy_config),
+        key_config=KeyConfig(
+            block_chars=s.block_chars, prefix_blocks=s.prefix_blocks, base_model=s.model
+        ),
+        config=RouterConfig(max_body_bytes=s.max_body_bytes),
     )
+
+
+def build_router_app(settings: RouterSettings) -> RouterApp:
+    """The router's ASGI app from the command-line settings; ``ValueError`` for bad ones."""
+    from prefixserving.router.app import build_app
+
+    return build_app(build_router(settings))
 
 
 def app_from_environment() -> RouterApp:

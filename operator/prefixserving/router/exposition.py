@@ -12,15 +12,18 @@ instead of leaving stale series.
 =====================================================  =========================================
 ``prefixserving_router_requests_total``                backend, outcome (ok, client_error,
                                                        server_error, upstream_error,
-                                                       disconnected, rejected, no_backend)
+                                                       disconnected, rejected, no_backend;
+                                                       the endpoint picker: shed)
 ``prefixserving_router_decisions_total``               policy, decision (affinity, spilled,
                                                        fallback, balance)
 ``prefixserving_router_retries_total``                 reason (connect_error, server_error,
-                                                       read_error)
+                                                       read_error; the endpoint picker:
+                                                       gateway)
 ``prefixserving_router_ejections_total``               backend
 ``prefixserving_router_added_latency_seconds``         histogram: time spent in the router
                                                        before the upstream request and after
-                                                       its first byte
+                                                       its first byte (the endpoint picker:
+                                                       from having the request to its pick)
 ``prefixserving_router_backend_in_flight``             backend (gauge)
 ``prefixserving_router_backend_waiting``               backend: scraped num_requests_waiting
 ``prefixserving_router_backend_kv_usage``              backend: scraped kv_cache_usage_perc

@@ -1,5 +1,6 @@
 """The resources the emulator serves: built-in kinds the operator touches, the project's CRDs,
-and optional third-party APIs (KEDA, prometheus-operator, the custom metrics API, kopf peering)
+and optional third-party APIs (KEDA, prometheus-operator, the custom metrics API, the
+InferencePool CRD, kopf peering)
 that a test switches on to emulate a cluster where they are installed."""
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ CORE: list[ResourceType] = [
 
 KEDA: list[ResourceType] = [
     ResourceType("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", shortnames=("so",)),
+]
+# The Gateway API Inference Extension's CRD (router.mode endpointPicker).
+INFERENCE_EXTENSION: list[ResourceType] = [
+    ResourceType("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool"),
 ]
 PROMETHEUS_OPERATOR: list[ResourceType] = [
     ResourceType("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"),

@@ -13,17 +13,18 @@ the middle converges to the same objects):
    error, nothing is applied, and :class:`RenderFailed` is raised: the failure stays on this
    resource. Then check the optional API each kind requires (``Kind.requires`` in
    ``prefixserving.kinds``): a child whose own API is not served is dropped (KEDA's
-   ScaledObject without KEDA, ServiceMonitor/PrometheusRule without prometheus-operator); a
-   missing dependency (the custom metrics API of the HPA backend) is noted. KEDA and the
-   custom metrics API missing are ``ScalerMissing``.
+   ScaledObject without KEDA, ServiceMonitor/PrometheusRule without prometheus-operator, the
+   InferencePool without its CRD); a missing dependency (the custom metrics API of the HPA
+   backend) is noted. KEDA and the custom metrics API missing are ``ScalerMissing``, the
+   InferencePool CRD ``InferencePoolMissing``.
 4. Server-side apply each child with the operator's field manager and ``force``. The operator
    owns exactly the fields it renders, so ``replicas`` left out under autoscaling, HPA/KEDA
    status and annotations that Argo CD or Flux add stay with their owners. A refused child is
    recorded with the server's message; the others are still applied.
 5. Delete children of this resource (owner uid and instance label) the new spec no longer
    renders.
-6. Write ``observedGeneration``, ``routerEndpoint``, ``Degraded`` (and ``Progressing`` on a
-   new generation) and post Events for transitions.
+6. Write ``observedGeneration``, ``routerEndpoint`` (none in endpointPicker mode),
+   ``Degraded`` (and ``Progressing`` on a new generation) and post Events for transitions.
 
 Cost: one GET of the referenced ScalingPolicy, one discovery request per API group (cached
 when present), one apply per child, one list per managed kind served for pruning, one status
@@ -46,7 +47,13 @@ from prefixserving.api.types import PrefixServing, ScalingPolicy
 from prefixserving.api.validation import SpecError, parse_resource, parse_scaling_policy
 from prefixserving.controller.drift import drifted
 from prefixserving.controller.kube import Kube, KubeError
-from prefixserving.kinds import CHILD_KINDS, PREFIX_SERVING, SCALING_POLICY, kind_of
+from prefixserving.kinds import (
+    CHILD_KINDS,
+    INFERENCE_POOLS,
+    PREFIX_SERVING,
+    SCALING_POLICY,
+    kind_of,
+)
 from prefixserving.render import render_children
 
 logger = logging.getLogger(__name__)
@@ -76,15 +83,17 @@ class Outcome:
     refused: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     scaler_missing: str = ""
+    inference_pool_missing: str = ""
     policy_missing: str = ""
 
     def degraded(self) -> lifecycle.ConditionUpdate:
-        """Degraded: the most pressing reason (refused child, missing scaler, missing policy),
-        with every problem in the message."""
+        """Degraded: the most pressing reason (refused child, missing scaler, missing
+        InferencePool CRD, missing policy), with every problem in the message."""
         refused = "; ".join(f"{ref}: {message}" for ref, message in self.refused)
         problems = [
             (lifecycle.REASON_CHILD_REJECTED, refused),
             (lifecycle.REASON_SCALER_MISSING, self.scaler_missing),
+            (lifecycle.REASON_INFERENCE_POOL_MISSING, self.inference_pool_missing),
             (lifecycle.REASON_POLICY_NOT_FOUND, self.policy_missing),
         ]
         found = [(reason, message) for reason, message in problems if message]
@@ -141,8 +150,11 @@ def desired_children(kube: Kube, resource: PrefixServing, outcome: Outcome) -> l
         kind = kind_of(child)
         api = kind.requires
         if api is not None and not kube.served(api.api_version, api.plural):
-            if api.missing:
-                outcome.scaler_missing = api.missing.format(ref=ref(child))
+            message = api.missing.format(ref=ref(child))
+            if api is INFERENCE_POOLS:
+                outcome.inference_pool_missing = message
+            elif message:
+                outcome.scaler_missing = message
             if kind.optional:  # its own API is missing: it cannot be created
                 outcome.skipped.append(ref(child))
                 continue
@@ -286,7 +298,12 @@ def reconcile(kube: Kube, body: Mapping[str, Any]) -> Outcome:
         updates,
         {
             "observedGeneration": generation,
-            "routerEndpoint": names.router_url(meta["name"], meta["namespace"]),
+            # In endpointPicker mode clients call the gateway; no router URL to give.
+            "routerEndpoint": (
+                names.router_url(meta["name"], meta["namespace"])
+                if resource.spec.router.mode == "proxy"
+                else None
+            ),
         },
     )
     if outcome.refused:

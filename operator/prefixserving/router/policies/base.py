@@ -10,7 +10,8 @@ Two calls per request, in this order (:func:`route`): :meth:`RoutingPolicy.selec
 changes no state (so the hot-prefix endpoint can ask where a prefix would go, :func:`home`);
 :meth:`RoutingPolicy.on_routed` then does the policy's upkeep for the routed request (counts,
 remembered backends, rotation), once per request, never for a retry: "producers compute,
-scorers read" (llm-d).
+scorers read" (llm-d). When a gateway's retry lands the request on a fallback, the endpoint
+picker reports it with :meth:`RoutingPolicy.on_served`.
 
 Determinism: every policy must give the same decision for the same context and the same
 sequence of earlier routed contexts, with no randomness and no process-specific hashing
@@ -54,12 +55,14 @@ class DecisionReason(enum.StrEnum):
 
 
 class Decision(NamedTuple):
-    """One routing decision: ``backend``, ``reason``, and ``fallbacks``, the backends a
-    retry goes to, best first (empty: no retry)."""
+    """One routing decision: ``backend``, ``reason``, ``fallbacks``, the backends a retry
+    goes to, best first (empty: no retry), and ``key``, the block hash the policy ranked by
+    (None: no prefix involved)."""
 
     backend: str
     reason: DecisionReason
     fallbacks: tuple[str, ...] = ()
+    key: int | None = None
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -101,6 +104,12 @@ class RoutingPolicy:
     def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
         """Called once after :meth:`select` for a request that is routed by ``decision``: the
         policy's upkeep (the default keeps no state)."""
+
+    def on_served(self, decision: Decision, served: str) -> None:
+        """Called when a request routed by ``decision`` was served by ``served``, one of its
+        fallbacks (a retry by the gateway in front of an endpoint picker), after
+        :meth:`on_routed`: what the policy remembers per backend follows the backend that
+        holds the prefix now (the default remembers nothing per backend)."""
 
 
 def route(policy: RoutingPolicy, ctx: RoutingContext) -> Decision:

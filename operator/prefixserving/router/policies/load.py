@@ -60,6 +60,14 @@ def load_capacity(values: Mapping[str, float], load_bound: float, slack: float =
     return max(float(math.ceil(load_bound * mean_after)), mean_after + slack)
 
 
+def all_waiting_at_least(
+    loads: Mapping[str, BackendLoad], backends: Sequence[str], waiting: float
+) -> bool:
+    """Whether every one of ``backends`` has at least ``waiting`` requests waiting at its last
+    scrape (the endpoint picker sheds a request then). O(N)."""
+    return all(loads.get(b, _IDLE).waiting >= waiting for b in backends)
+
+
 def by_load(values: Mapping[str, float], order: Sequence[str]) -> list[str]:
     """``order`` sorted by load, least loaded first; ties keep their order in ``order`` (a
     stable sort). O(N log N)."""

@@ -154,7 +154,7 @@ class PrefixAffinityPolicy(RoutingPolicy):
             reason = DecisionReason.AFFINITY
         else:
             reason = DecisionReason.SPILLED
-        return Decision(order[0], reason, tuple(order[1:]))
+        return Decision(order[0], reason, tuple(order[1:]), choice.key)
 
     def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
         self.selector.observe(ctx.blocks)

@@ -112,7 +112,7 @@ class TwoChoicePolicy(RoutingPolicy):
             reason = DecisionReason.AFFINITY
         else:
             reason = DecisionReason.SPILLED if cached in pair else DecisionReason.BALANCE
-        return Decision(backend, reason, tuple(b for b in pair if b != backend))
+        return Decision(backend, reason, tuple(b for b in pair if b != backend), key)
 
     def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
         """Remember the backend of the request's key (bounded LRU), then count its blocks. The
@@ -125,3 +125,10 @@ class TwoChoicePolicy(RoutingPolicy):
         self._last.move_to_end(key)
         while len(self._last) > self.config.affinity_entries:
             self._last.popitem(last=False)
+
+    def on_served(self, decision: Decision, served: str) -> None:
+        """The key's cache is on ``served`` now: remember it instead of the decision's backend
+        (unless a later request of the key was routed since)."""
+        key = decision.key
+        if key is not None and self._last.get(key) == decision.backend:
+            self._last[key] = served

@@ -291,14 +291,7 @@ class PeekScheduler(Scheduler):
         for request in self.running:
             computed, prompt = request.num_computed_tokens, request.num_prompt_tokens
             if computed >= prompt:
-                mode = __import__("os").environ.get("PEEK_RESERVE", "next")
-                if mode == "block":
-                    blocks += 1
-                elif mode == "full":
-                    total = prompt + request.max_tokens
-                    blocks += max(0, -(-total // block_size) - -(-(computed + 1) // block_size))
-                else:
-                    blocks += (computed + 1) % block_size == 0
+                blocks += (computed + 1) % block_size == 0
                 continue
             after_this_step = min(computed + chunk, prompt)
             blocks += -(-prompt // block_size) - -(-after_this_step // block_size)

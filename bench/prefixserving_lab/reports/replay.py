@@ -19,7 +19,7 @@ Figures are compared as the results hold them (rounded to 4 digits).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -102,42 +102,25 @@ def goals(
     return rows
 
 
+# The goals against the best baseline: (goal, figure of a run, higher is better, format).
+BEST_OF_GOALS: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, str], ...] = (
+    ("hit_rate_best", lambda m: float(m["hit_rate"]), True, "{:.4f}"),
+    ("ttft_p50_best", lambda m: float(m["ttft_s"]["p50"]), False, "{:.3f}s"),
+    ("goodput_best", lambda m: float(m.get("goodput_rps", 0.0)), True, "{:.3f}/s"),
+)
+
+
 def _sharing_goals(name: str, runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     peek, fcfs = runs[CANDIDATE], runs[BASELINE]
     others = {p: m for p, m in runs.items() if p != CANDIDATE}
-
-    def best(policy_metric: Any, highest: bool) -> tuple[str, float]:
-        ranked = sorted(others.items(), key=lambda kv: policy_metric(kv[1]), reverse=highest)
-        return ranked[0][0], policy_metric(ranked[0][1])
-
-    def hit(m: dict[str, Any]) -> float:
-        return float(m["hit_rate"])
-
-    def p50(m: dict[str, Any]) -> float:
-        return float(m["ttft_s"]["p50"])
-
-    def goodput(m: dict[str, Any]) -> float:
-        return float(m.get("goodput_rps", 0.0))
-
     rows = []
-    who, value = best(hit, highest=True)
-    rows.append(
-        _goal(
-            "hit_rate_best",
-            name,
-            hit(peek) >= value - EPS,
-            f"peek {hit(peek):.4f} vs best {who} {value:.4f}",
+    for goal, figure, higher, fmt in BEST_OF_GOALS:
+        who = (max if higher else min)(others, key=lambda p: figure(others[p]))
+        mine, best = figure(peek), figure(others[who])
+        met = mine >= best - EPS if higher else mine <= best + EPS
+        rows.append(
+            _goal(goal, name, met, f"peek {fmt.format(mine)} vs best {who} {fmt.format(best)}")
         )
-    )
-    who, value = best(p50, highest=False)
-    rows.append(
-        _goal(
-            "ttft_p50_best",
-            name,
-            p50(peek) <= value + EPS,
-            f"peek {p50(peek):.3f}s vs best {who} {value:.3f}s",
-        )
-    )
     refs = {p: runs[p]["ttft_s"]["p99"] for p in (BASELINE, HRRN) if p in runs}
     rows.append(
         _goal(
@@ -146,15 +129,6 @@ def _sharing_goals(name: str, runs: dict[str, dict[str, Any]]) -> list[dict[str,
             all(peek["ttft_s"]["p99"] <= v + EPS for v in refs.values()),
             f"peek {peek['ttft_s']['p99']:.3f}s vs "
             + ", ".join(f"{p} {v:.3f}s" for p, v in refs.items()),
-        )
-    )
-    who, value = best(goodput, highest=True)
-    rows.append(
-        _goal(
-            "goodput_best",
-            name,
-            goodput(peek) >= value - EPS,
-            f"peek {goodput(peek):.3f}/s vs best {who} {value:.3f}/s",
         )
     )
     tpot, base = peek.get("tpot_s", {}).get("p50"), fcfs.get("tpot_s", {}).get("p50")

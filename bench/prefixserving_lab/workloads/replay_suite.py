@@ -43,6 +43,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from prefixserving_lab.models.cost import CostModel
 from prefixserving_lab.models.replay_engine import EngineShape
@@ -173,54 +174,28 @@ def _mooncake(speed: float) -> Builder:
     return build
 
 
-def _chat(ctx: BuildContext) -> Workload:
-    n = _n(64, ctx.scale, 4)
-    fraction = ctx.fraction(0.5)
-    return workloads.sessions(
-        name="chat-multiturn",
-        description=f"{n} sessions x 6 turns (8 system prompts of 1024 tokens, 256-token first "
-        "message, each turn + its 128-token answer + a 128-token message), 5 s think time, "
-        f"cache {fraction:g} of shared blocks, load {ctx.offered(0.9):g}{ctx.header()}",
-        cost=ctx.cost,
-        base=ctx.base,
-        seed=ctx.seed,
-        sessions=n,
-        turns=6,
-        systems=8,
-        system_tokens=1024,
-        first_message_tokens=256,
-        message_tokens=128,
-        output_tokens=128,
-        think_s=5.0,
-        cache_fraction=fraction,
-        load=ctx.offered(0.9),
-        header_tokens=ctx.header_tokens,
-    )
+def _sessions(name: str, sessions: int, what: str, **shape: Any) -> Builder:
+    """Closed-loop sessions (:func:`workloads.sessions`): ``sessions`` of them at scale 1,
+    ``shape`` the rest of its arguments, ``what`` how the description names their parts."""
 
+    def build(ctx: BuildContext) -> Workload:
+        n = _n(sessions, ctx.scale, 2)
+        fraction, load = ctx.fraction(0.5), ctx.offered(0.9)
+        return workloads.sessions(
+            name=name,
+            description=f"{n} sessions x {shape['turns']} turns ({what}), {shape['think_s']:g} s "
+            f"think time, cache {fraction:g} of shared blocks, load {load:g}{ctx.header()}",
+            cost=ctx.cost,
+            base=ctx.base,
+            seed=ctx.seed,
+            sessions=n,
+            cache_fraction=fraction,
+            load=load,
+            header_tokens=ctx.header_tokens,
+            **shape,
+        )
 
-def _agents(ctx: BuildContext) -> Workload:
-    n = _n(32, ctx.scale, 2)
-    fraction = ctx.fraction(0.5)
-    return workloads.sessions(
-        name="agent-loop",
-        description=f"{n} agents x 8 steps (one 4096-token tool-definition prompt, 512-token "
-        "task, each step + its 64-token tool call + a 1024-token tool output), 0.5 s tool "
-        f"latency, cache {fraction:g} of shared blocks, load {ctx.offered(0.9):g}{ctx.header()}",
-        cost=ctx.cost,
-        base=ctx.base,
-        seed=ctx.seed,
-        sessions=n,
-        turns=8,
-        systems=1,
-        system_tokens=4096,
-        first_message_tokens=512,
-        message_tokens=1024,
-        output_tokens=64,
-        think_s=0.5,
-        cache_fraction=fraction,
-        load=ctx.offered(0.9),
-        header_tokens=ctx.header_tokens,
-    )
+    return build
 
 
 def _azure(ctx: BuildContext) -> Workload:
@@ -270,8 +245,32 @@ STANDARD: dict[str, Builder] = {
     "mooncake-1x": _mooncake(1.0),
     "mooncake-4x": _mooncake(4.0),
     "mooncake-16x": _mooncake(16.0),
-    "chat-multiturn": _chat,
-    "agent-loop": _agents,
+    "chat-multiturn": _sessions(
+        "chat-multiturn",
+        64,
+        "8 system prompts of 1024 tokens, a 256-token first message, each turn + its 128-token "
+        "answer + a 128-token message",
+        turns=6,
+        systems=8,
+        system_tokens=1024,
+        first_message_tokens=256,
+        message_tokens=128,
+        output_tokens=128,
+        think_s=5.0,
+    ),
+    "agent-loop": _sessions(
+        "agent-loop",
+        32,
+        "one 4096-token tool-definition prompt, a 512-token task, each step + its 64-token tool "
+        "call + a 1024-token tool output",
+        turns=8,
+        systems=1,
+        system_tokens=4096,
+        first_message_tokens=512,
+        message_tokens=1024,
+        output_tokens=64,
+        think_s=0.5,
+    ),
     "azure-code": _azure,
     "real-check": _real_check,
 }

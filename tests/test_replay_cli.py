@@ -78,3 +78,25 @@ def test_replay_lists_and_rejects_unknown_policies() -> None:
     assert listed.exit_code == 0 and "peek" in listed.output and "gsp-q25" in listed.output
     bad = CliRunner().invoke(main, ["bench", "replay", "--policy", "lifo"])
     assert bad.exit_code != 0 and "known: fcfs" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--loads", "0.5,x"], "--loads"),
+        (["--loads", "0"], "positive numbers"),
+        (["--sweep", "--trace", "TRACE"], "--trace-load"),
+        (["--cost-model", "tpu"], "'default', 'gpu'"),
+    ],
+)
+def test_replay_refuses_bad_sweep_options(tmp_path: Path, args: list[str], message: str) -> None:
+    args = [str(write_trace(tmp_path / "t.jsonl")) if a == "TRACE" else a for a in args]
+    bad = CliRunner().invoke(main, ["bench", "replay", *args, "--out-dir", str(tmp_path)])
+    assert bad.exit_code == 2 and message in bad.output, bad.output
+    assert not list(tmp_path.glob("*.md"))  # nothing half-written
+
+
+def test_replay_lists_the_sweep() -> None:
+    listed = CliRunner().invoke(main, ["bench", "replay", "--list"])
+    sweep = next(line for line in listed.output.splitlines() if line.startswith("sweep:"))
+    assert "azure-code" in sweep and "chat-multiturn+hdr16" in sweep

@@ -156,6 +156,10 @@ def replay(
     policies = [BASELINE] + [p for p in (policy_names or POLICIES) if p != BASELINE]
     if trace is not None and workload_names:
         raise click.UsageError("use either --trace or --workload, not both")
+    if trace is not None and (loads or sweep):
+        raise click.UsageError(
+            "--loads and --sweep apply to the standard workloads; with --trace use --trace-load"
+        )
     spec = BenchmarkSpec(
         policies=policies,
         workload_names=list(workload_names) if trace is None else [],

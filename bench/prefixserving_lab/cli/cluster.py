@@ -117,6 +117,12 @@ def _policy_names(values: tuple[str, ...]) -> list[str]:
     default=Path("bench/results"),
     show_default=True,
 )
+@click.option(
+    "--name",
+    default="cluster",
+    show_default=True,
+    help="Results file stem: writes NAME.json and NAME.md.",
+)
 def cluster(
     traces: tuple[Path, ...],
     groups: bool,
@@ -128,13 +134,22 @@ def cluster(
     cache_blocks: int | None,
     limit: int | None,
     out_dir: Path,
+    name: str,
 ) -> None:
     """Simulate N replicas with block LRU prefix caches behind the router and compare routing
     policies (ours, two-choice, round-robin, least-loaded, KubeAI-style and SGLang-style) on
-    the same requests. Writes cluster.json and cluster.md.
+    the same requests. Writes cluster.json and cluster.md (see --name).
 
     Example: prefixserving bench cluster --replicas 4 --replicas 8 --routers 2
+
+    Router replicas at fleet scale: prefixserving bench cluster --replicas 8 --replicas 16
+    --routers 1 --routers 2 --routers 4 --routers 8 --name cluster-routers
     """
+    if not name or Path(name).name != name or name.startswith("."):
+        raise click.BadParameter(
+            f"{name!r} is not a file stem; pass a plain name such as cluster-routers",
+            param_hint="--name",
+        )
     paths = traces or (DEFAULT_TRACE,)
     for path in paths:
         if not path.exists():
@@ -166,6 +181,6 @@ def cluster(
         "utilization": utilization,
         "deployed_routers": ROUTER_REPLICAS,
     }
-    json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta)
+    json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta, name)
     click.echo(md_path.read_text())
     click.echo(f"wrote {json_path} and {md_path}")

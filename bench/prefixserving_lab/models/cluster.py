@@ -1,11 +1,12 @@
 """Discrete-event simulation of a router in front of engine replicas.
 
-Each request arrives at one of the router replicas (picked by a hash of its index, like a
-Service spreading connections), which asks its own :class:`RoutingPolicy` instance (the same
-objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for a backend,
-giving it the request's chained block keys, the Ready replicas and their loads: that router's
-own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped (every
-``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
+Each request arrives at one of the router replicas, chosen uniformly at random per request
+(a 64-bit mix of its index, so runs are reproducible), like a Service spreading connections;
+its :class:`Outcome` records which. That replica asks its own :class:`RoutingPolicy` instance
+(the same objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for
+a backend, giving it the request's chained block keys, the Ready replicas and their loads:
+that router's own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped
+(every ``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
 the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
 prefill.
 
@@ -85,7 +86,8 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What happened to one request (``ttft_s`` is ``None`` if it was never served)."""
+    """What happened to one request (``ttft_s`` is ``None`` if it was never served;
+    ``router``: the index of the router replica that routed it, ``None`` if none did)."""
 
     index: int
     arrival_s: float
@@ -94,6 +96,7 @@ class Outcome:
     ttft_s: float | None
     hit_tokens: int
     input_tokens: int
+    router: int | None = None
 
 
 @dataclass(slots=True)
@@ -288,8 +291,12 @@ class ClusterSim:
         while self._pending and self.ready_backends():
             self._route(self._pending.popleft())
 
+    def router_of(self, index: int) -> int:
+        """The router replica that request ``index`` arrives at (uniform over replicas)."""
+        return mix64(index) % len(self.routers)
+
     def _route(self, job: Job) -> None:
-        router = mix64(job.index) % len(self.routers)
+        router = self.router_of(job.index)
         policy, in_flight = self.routers[router], self._in_flight[router]
         backends = self.ready_backends()
         idle = BackendLoad()
@@ -325,7 +332,7 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.prefilling = False
-        _, decision = self._routes[job.index]
+        router, decision = self._routes[job.index]
         self._outcomes[job.index] = Outcome(
             job.index,
             job.arrival_s,
@@ -334,6 +341,7 @@ class ClusterSim:
             self.now - job.arrival_s,
             job.hit_tokens,
             job.input_tokens,
+            router,
         )
         decode_s = job.output_tokens * replica.model.decode_s_per_token
         self._push(self.now + decode_s, _Kind.DECODE_DONE, (name, job))

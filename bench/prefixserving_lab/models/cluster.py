@@ -10,6 +10,7 @@ that router's own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as 
 the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
 prefill.
 
+A router replica can restart (:meth:`ClusterSim.restart_router`: its policy state is lost).
 Membership changes over time: :meth:`ClusterSim.add_replica` starts a replica (cold, or warmed
 with given prefixes) that takes traffic after ``ready_delay_s``; :meth:`remove_replica` stops
 routing to one, which then drains. Every ``tick_s`` a :class:`Tick` of per-replica signals
@@ -162,11 +163,12 @@ class ClusterSim:
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._in_flight: list[Counter[str]] = [Counter() for _ in self.routers]
+        self._generation = [0 for _ in self.routers]
         self._scraped: dict[str, BackendLoad] = {}
         self._pending: deque[Job] = deque()
         self._decisions: Counter[str] = Counter()
         self._outcomes: dict[int, Outcome] = {}
-        self._routes: dict[int, tuple[int, Decision]] = {}
+        self._routes: dict[int, tuple[int, int, Decision]] = {}
         self._ticks: list[Tick] = []
 
     # -- membership ------------------------------------------------------------------------
@@ -188,6 +190,15 @@ class ClusterSim:
     def remove_replica(self, name: str, *, at_s: float | None = None) -> None:
         """Stop routing to ``name`` at ``at_s`` (default: now); it finishes what it holds."""
         self._push(self._at(at_s), _Kind.MEMBERSHIP, ("remove", name))
+
+    def restart_router(self, index: int, policy: RoutingPolicy) -> None:
+        """Router replica ``index`` restarts now with ``policy`` (fresh state) and counts no
+        requests in flight; the requests it routed before finish on their engines."""
+        if not 0 <= index < len(self.routers):
+            raise ValueError(f"no router replica {index}; there are {len(self.routers)}")
+        self.routers[index] = policy
+        self._in_flight[index] = Counter()
+        self._generation[index] += 1
 
     def ready_backends(self) -> tuple[str, ...]:
         return tuple(sorted(n for n, r in self.replicas.items() if r.ready and not r.draining))
@@ -314,7 +325,7 @@ class ClusterSim:
         if decision.backend not in backends:
             raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")
         policy.on_routed(ctx, decision)
-        self._routes[job.index] = (router, decision)
+        self._routes[job.index] = (router, self._generation[router], decision)
         self._decisions[str(decision.reason)] += 1
         in_flight[decision.backend] += 1
         replica = self.replicas[decision.backend]
@@ -332,7 +343,7 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.prefilling = False
-        router, decision = self._routes[job.index]
+        router, _, decision = self._routes[job.index]
         self._outcomes[job.index] = Outcome(
             job.index,
             job.arrival_s,
@@ -351,8 +362,9 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.finish(job)
-        router, _ = self._routes.pop(job.index)
-        self._in_flight[router][name] -= 1
+        router, generation, _ = self._routes.pop(job.index)
+        if generation == self._generation[router]:
+            self._in_flight[router][name] -= 1
         self._remaining -= 1
         self._start(replica)
         self._retire_if_drained(replica)

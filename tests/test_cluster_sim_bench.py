@@ -24,6 +24,7 @@ from prefixserving_lab.runners.cluster import (
     auto_cache_blocks,
     auto_time_scale,
     run_one,
+    scaling_verdicts,
     verdicts,
 )
 from prefixserving_lab.workloads.blocks import SharedPrefixGroups, scale_arrivals
@@ -167,3 +168,52 @@ def test_cli_rejects_an_unknown_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(cluster, ["--policy", "random", "--out-dir", str(tmp_path)])
     assert result.exit_code != 0
     assert "kubeai-chwbl" in result.output
+
+
+def test_scaling_verdict_compares_with_one_router_and_the_peers_from_four() -> None:
+    rows = [
+        _row("prefix_affinity", 0.600, 1.10, routers=1),
+        _row("two_choice", 0.610, 1.05, routers=1),  # ahead at 1 router: not judged there
+        _row("prefix_affinity", 0.595, 1.10, routers=2),  # 99.2% of one router: met
+        _row("two_choice", 0.600, 1.05, routers=2),  # ahead at 2 routers: not judged yet
+        _row("prefix_affinity", 0.590, 1.10, routers=4),  # 98.3%: missed
+        _row("sglang_cache_aware", 0.500, 1.05, routers=4),
+        _row("prefix_affinity", 0.597, 1.10, routers=8),
+        _row("kubeai_chwbl", 0.598, 1.05, routers=8),  # ahead at 8 routers: missed
+        _row("round_robin", 0.650, 1.00, routers=8),  # not a peer of the goal
+    ]
+    by_routers = {v.routers: v for v in scaling_verdicts(rows)}
+    assert set(by_routers) == {2, 4, 8}
+    assert by_routers[2].met and not by_routers[2].lead_judged
+    assert by_routers[2].of_one_router == pytest.approx(0.595 / 0.6, abs=1e-4)
+    four = by_routers[4]
+    assert not four.within_goal_met and four.lead_judged and four.behind == ()
+    eight = by_routers[8]
+    assert eight.within_goal_met and eight.behind == ("kubeai_chwbl",) and not eight.met
+    meta = {"command": "c", "machine": machine(), "wall_s": 1.0, "service": "s", "utilization": 0.5}
+    markdown = render_markdown(rows, verdicts(rows), meta)
+    assert "## Goal: router replicas" in markdown
+    assert "| w | 4 | 4 | 59.0% | 98.3% | - | - | 50.0% | missed (< 99.0% of 1 router) |" in (
+        markdown
+    )
+    assert "Within 1.0% of one router: 2 of 3 cases" in markdown
+    assert "Ahead of every peer from 4 routers: 1 of 2 cases" in markdown
+    assert "Goal: router replicas" not in render_markdown(rows[:2], verdicts(rows[:2]), meta)
+
+
+def test_cli_name_sets_the_results_files(tmp_path: Path, shared_dir: Path) -> None:
+    args = ["--trace", str(shared_dir / "traces" / "mooncake-synthetic.jsonl"), "--no-groups"]
+    args += ["--limit", "100", "--replicas", "2", "--routers", "1", "--routers", "4"]
+    args += ["--policy", "prefix-affinity", "--policy", "sglang-cache-aware"]
+    result = CliRunner().invoke(
+        cluster, [*args, "--out-dir", str(tmp_path), "--name", "cluster-routers"]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cluster-routers.json",
+        "cluster-routers.md",
+    ]
+    data = json.loads((tmp_path / "cluster-routers.json").read_text())
+    assert [(v["routers"], v["lead_judged"]) for v in data["scaling_verdicts"]] == [(4, True)]
+    bad = CliRunner().invoke(cluster, [*args, "--out-dir", str(tmp_path), "--name", "../x"])
+    assert bad.exit_code != 0 and "--name" in bad.output

@@ -3,10 +3,13 @@ membership changes, router replicas and the on_tick hook."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from prefixserving.router.policies.registry import make_policy
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
+from prefixserving_lab.models.peer_routers import SglangCacheAwarePolicy, make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.workloads.blocks import (
     SharedPrefixGroups,
@@ -172,3 +175,67 @@ def test_router_replicas_agree_under_load_on_mooncake(shared_dir) -> None:
     same = sum(a.backend == b.backend for a, b in zip(one.outcomes, two.outcomes, strict=True))
     assert same >= 0.97 * len(requests)
     assert min(one.hit_rate, two.hit_rate) >= 0.95 * ideal
+
+
+def test_requests_spread_evenly_over_router_replicas() -> None:
+    """Each request goes to one router replica, uniformly: with 4 routers and 4,000 requests
+    each router gets 25% +- 2.5 points, and the outcome names the router the sim chose."""
+    requests = [_req(0.01 * i, (i,)) for i in range(4000)]
+    sim = ClusterSim([make_policy("round_robin") for _ in range(4)], ClusterConfig(service=FAST))
+    sim.add_replica("r0")
+    result = sim.run(requests)
+    shares = Counter(o.router for o in result.outcomes)
+    assert set(shares) == {0, 1, 2, 3}
+    assert all(abs(n / len(requests) - 0.25) <= 0.025 for n in shares.values())
+    assert all(o.router == sim.router_of(o.index) for o in result.outcomes)
+
+
+def test_sglang_router_replica_knows_only_the_prefixes_it_routed() -> None:
+    """With 3 SGLang-style routers, the union of router k's trees is exactly the blocks of
+    the requests router k routed: the others' traffic leaves no trace in its state."""
+    requests = scale_arrivals(SharedPrefixGroups(requests=300).generate(), 0.05)
+    policies = [SglangCacheAwarePolicy() for _ in range(3)]
+    sim = ClusterSim(policies, ClusterConfig(service=ServiceModel(cache_blocks=4096)))
+    for i in range(4):
+        sim.add_replica(f"r{i}")
+    result = sim.run(requests)
+    backends = sim.ready_backends()
+    for k, policy in enumerate(policies):
+        routed = {
+            b
+            for o in result.outcomes
+            if o.router == k
+            for b in chain_block_ids(requests[o.index].block_ids)
+        }
+        known = set().union(*(policy.tree(b) for b in backends))
+        assert routed and known == routed
+
+
+@pytest.mark.parametrize("policy", ["two_choice", "sglang_cache_aware"])
+def test_per_router_memory_starts_cold_on_each_router_replica(policy: str) -> None:
+    """40 conversations, each asked 8 times, spread over R routers: a router that remembers
+    placements (two-choice's last choice, SGLang-style trees) places its own first request of
+    a conversation without affinity, because the other routers' placements are not its state;
+    every later request of it at that router is an affinity hit. So the cold decisions are
+    exactly the first (router, conversation) pairs: 40 with one router, more with four."""
+    conversations = 40
+    requests = [
+        _req(0.05 * (turn * conversations + c), (c, 1000 + c, 2000 + c))
+        for turn in range(8)
+        for c in range(conversations)
+    ]
+    cold_counts = []
+    for routers in (1, 4):
+        sim = ClusterSim(
+            [make_sim_policy(policy) for _ in range(routers)], ClusterConfig(service=FAST)
+        )
+        for i in range(4):
+            sim.add_replica(f"r{i}")
+        result = sim.run(requests)
+        firsts: dict[tuple[int | None, int], int] = {}
+        for o in result.outcomes:
+            firsts.setdefault((o.router, requests[o.index].block_ids[0]), o.index)
+        cold = {o.index for o in result.outcomes if o.reason != "affinity"}
+        assert cold == set(firsts.values())
+        cold_counts.append(len(cold))
+    assert cold_counts[0] == conversations < cold_counts[1]

@@ -25,6 +25,7 @@ LAB_COMMAND_LINES = [
     ["bench", "cluster", "--replicas", "4"],
     ["bench", "scaling", "--help"],
     ["bench", "rollout"],
+    ["bench", "faults"],
     ["demo", "--groups", "2"],
     ["stack", "up"],
 ]

@@ -1,4 +1,4 @@
-"""The lab's commands: ``bench replay|cluster|scaling|rollout``, ``demo`` and ``stack up|down``.
+"""The lab's commands: ``bench replay|cluster|scaling|rollout|faults``, ``demo``, ``stack``.
 
 The lab registers ``bench``, ``demo`` and ``stack`` in the entry-point group
 ``prefixserving.lab_commands`` (``bench/pyproject.toml``); ``prefixserving`` loads them from
@@ -21,6 +21,10 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": (
         "prefixserving_lab.cli.rollout:rollout",
         "Rolling updates with and without warm-up.",
+    ),
+    "faults": (
+        "prefixserving_lab.cli.faults:faults",
+        "Router restart, engines out, rolling update over time.",
     ),
 }
 

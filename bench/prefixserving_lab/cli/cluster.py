@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,8 +10,9 @@ import click
 
 from prefixserving.api.defaults import ROUTER_REPLICAS
 from prefixserving.router.policies.registry import POLICY_NAMES
+from prefixserving_lab.cli.options import command_line, policy_names
 from prefixserving_lab.machine import machine
-from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
+from prefixserving_lab.models.peer_routers import sim_policy_names
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.reports.cluster import write_cluster_results
 from prefixserving_lab.runners.cluster import BALANCE_GOAL, Workload, run_bench, verdicts
@@ -26,33 +26,6 @@ from prefixserving_lab.workloads.traces import (
 
 DEFAULT_TRACE = traces_dir() / MOONCAKE_FILE
 ALL_POLICIES = sim_policy_names(POLICY_NAMES)
-
-
-def _command_line(ctx: click.Context) -> str:
-    """The command as run, from the options given on the command line."""
-    words = ["prefixserving", "bench", "cluster"]
-    for param in ctx.command.params:
-        name = param.name or ""
-        if ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE:
-            continue
-        value = ctx.params[name]
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, bool):
-                words.append(param.opts[0] if item else param.secondary_opts[0])
-            else:
-                words += [param.opts[0], str(item)]
-    return shlex.join(words)
-
-
-def _policy_names(values: tuple[str, ...]) -> list[str]:
-    names = []
-    for value in values or ALL_POLICIES:
-        try:
-            names.append(make_sim_policy(value).name)
-        except ValueError as error:
-            choices = ", ".join(n.replace("_", "-") for n in ALL_POLICIES)
-            raise click.BadParameter(f"{error}; the benchmark also knows: {choices}") from error
-    return names
 
 
 @click.command()
@@ -117,6 +90,12 @@ def _policy_names(values: tuple[str, ...]) -> list[str]:
     default=Path("bench/results"),
     show_default=True,
 )
+@click.option(
+    "--name",
+    default="cluster",
+    show_default=True,
+    help="Results file stem: writes NAME.json and NAME.md.",
+)
 def cluster(
     traces: tuple[Path, ...],
     groups: bool,
@@ -128,13 +107,22 @@ def cluster(
     cache_blocks: int | None,
     limit: int | None,
     out_dir: Path,
+    name: str,
 ) -> None:
     """Simulate N replicas with block LRU prefix caches behind the router and compare routing
     policies (ours, two-choice, round-robin, least-loaded, KubeAI-style and SGLang-style) on
-    the same requests. Writes cluster.json and cluster.md.
+    the same requests. Writes cluster.json and cluster.md (see --name).
 
     Example: prefixserving bench cluster --replicas 4 --replicas 8 --routers 2
+
+    Router replicas at fleet scale: prefixserving bench cluster --replicas 8 --replicas 16
+    --routers 1 --routers 2 --routers 4 --routers 8 --name cluster-routers
     """
+    if not name or Path(name).name != name or name.startswith("."):
+        raise click.BadParameter(
+            f"{name!r} is not a file stem; pass a plain name such as cluster-routers",
+            param_hint="--name",
+        )
     paths = traces or (DEFAULT_TRACE,)
     for path in paths:
         if not path.exists():
@@ -152,20 +140,20 @@ def cluster(
         workloads,
         replica_counts or (4, 8, 16),
         router_counts or (1, ROUTER_REPLICAS),
-        _policy_names(policies),
+        policy_names(policies, ALL_POLICIES),
         service=service,
         cache_blocks=cache_blocks,
         time_scale=time_scale,
         utilization=utilization,
     )
     meta = {
-        "command": _command_line(click.get_current_context()),
+        "command": command_line(click.get_current_context()),
         "machine": record,
         "wall_s": time.monotonic() - started,
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items() if k != "cache_blocks"),
         "utilization": utilization,
         "deployed_routers": ROUTER_REPLICAS,
     }
-    json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta)
+    json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta, name)
     click.echo(md_path.read_text())
     click.echo(f"wrote {json_path} and {md_path}")

@@ -1,13 +1,17 @@
-"""The workload options ``bench scaling`` and ``bench rollout`` share: the conversation trace
-and its time compression, with burst windows."""
+"""Options the bench commands share: the conversation trace and its time compression with
+burst windows (``bench scaling``, ``bench rollout``), the policy names and the command line as
+run (``bench cluster``, ``bench faults``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
+from prefixserving.router.policies.registry import POLICY_NAMES
+from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
 from prefixserving_lab.workloads.conversations import DEFAULT_TRACE
 
 
@@ -68,3 +72,32 @@ def schedule_options(
         return command
 
     return apply
+
+
+def command_line(ctx: click.Context) -> str:
+    """The ``prefixserving bench`` command as run, from the options given on the command line."""
+    words = ["prefixserving", "bench", ctx.info_name or ""]
+    for param in ctx.command.params:
+        name = param.name or ""
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[name]
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, bool):
+                words.append(param.opts[0] if item else param.secondary_opts[0])
+            else:
+                words += [param.opts[0], str(item)]
+    return shlex.join(words)
+
+
+def policy_names(values: Sequence[str], default: Sequence[str]) -> list[str]:
+    """Canonical names of the ``--policy`` values (``default`` when none), or a usage error
+    listing the known ones."""
+    names = []
+    for value in values or default:
+        try:
+            names.append(make_sim_policy(value).name)
+        except ValueError as error:
+            choices = ", ".join(n.replace("_", "-") for n in sim_policy_names(POLICY_NAMES))
+            raise click.BadParameter(f"{error}; the benchmark also knows: {choices}") from error
+    return names

@@ -1,14 +1,16 @@
 """Discrete-event simulation of a router in front of engine replicas.
 
-Each request arrives at one of the router replicas (picked by a hash of its index, like a
-Service spreading connections), which asks its own :class:`RoutingPolicy` instance (the same
-objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for a backend,
-giving it the request's chained block keys, the Ready replicas and their loads: that router's
-own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped (every
-``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
+Each request arrives at one of the router replicas, chosen uniformly at random per request
+(a 64-bit mix of its index, so runs are reproducible), like a Service spreading connections;
+its :class:`Outcome` records which. That replica asks its own :class:`RoutingPolicy` instance
+(the same objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for
+a backend, giving it the request's chained block keys, the Ready replicas and their loads:
+that router's own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped
+(every ``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
 the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
 prefill.
 
+A router replica can restart (:meth:`ClusterSim.restart_router`: its policy state is lost).
 Membership changes over time: :meth:`ClusterSim.add_replica` starts a replica (cold, or warmed
 with given prefixes) that takes traffic after ``ready_delay_s``; :meth:`remove_replica` stops
 routing to one, which then drains. Every ``tick_s`` a :class:`Tick` of per-replica signals
@@ -85,7 +87,8 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What happened to one request (``ttft_s`` is ``None`` if it was never served)."""
+    """What happened to one request (``ttft_s`` is ``None`` if it was never served;
+    ``router``: the index of the router replica that routed it, ``None`` if none did)."""
 
     index: int
     arrival_s: float
@@ -94,6 +97,7 @@ class Outcome:
     ttft_s: float | None
     hit_tokens: int
     input_tokens: int
+    router: int | None = None
 
 
 @dataclass(slots=True)
@@ -159,11 +163,12 @@ class ClusterSim:
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._in_flight: list[Counter[str]] = [Counter() for _ in self.routers]
+        self._generation = [0 for _ in self.routers]
         self._scraped: dict[str, BackendLoad] = {}
         self._pending: deque[Job] = deque()
         self._decisions: Counter[str] = Counter()
         self._outcomes: dict[int, Outcome] = {}
-        self._routes: dict[int, tuple[int, Decision]] = {}
+        self._routes: dict[int, tuple[int, int, Decision]] = {}
         self._ticks: list[Tick] = []
 
     # -- membership ------------------------------------------------------------------------
@@ -185,6 +190,15 @@ class ClusterSim:
     def remove_replica(self, name: str, *, at_s: float | None = None) -> None:
         """Stop routing to ``name`` at ``at_s`` (default: now); it finishes what it holds."""
         self._push(self._at(at_s), _Kind.MEMBERSHIP, ("remove", name))
+
+    def restart_router(self, index: int, policy: RoutingPolicy) -> None:
+        """Router replica ``index`` restarts now with ``policy`` (fresh state) and counts no
+        requests in flight; the requests it routed before finish on their engines."""
+        if not 0 <= index < len(self.routers):
+            raise ValueError(f"no router replica {index}; there are {len(self.routers)}")
+        self.routers[index] = policy
+        self._in_flight[index] = Counter()
+        self._generation[index] += 1
 
     def ready_backends(self) -> tuple[str, ...]:
         return tuple(sorted(n for n, r in self.replicas.items() if r.ready and not r.draining))
@@ -288,8 +302,12 @@ class ClusterSim:
         while self._pending and self.ready_backends():
             self._route(self._pending.popleft())
 
+    def router_of(self, index: int) -> int:
+        """The router replica that request ``index`` arrives at (uniform over replicas)."""
+        return mix64(index) % len(self.routers)
+
     def _route(self, job: Job) -> None:
-        router = mix64(job.index) % len(self.routers)
+        router = self.router_of(job.index)
         policy, in_flight = self.routers[router], self._in_flight[router]
         backends = self.ready_backends()
         idle = BackendLoad()
@@ -307,7 +325,7 @@ class ClusterSim:
         if decision.backend not in backends:
             raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")
         policy.on_routed(ctx, decision)
-        self._routes[job.index] = (router, decision)
+        self._routes[job.index] = (router, self._generation[router], decision)
         self._decisions[str(decision.reason)] += 1
         in_flight[decision.backend] += 1
         replica = self.replicas[decision.backend]
@@ -325,7 +343,7 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.prefilling = False
-        _, decision = self._routes[job.index]
+        router, _, decision = self._routes[job.index]
         self._outcomes[job.index] = Outcome(
             job.index,
             job.arrival_s,
@@ -334,6 +352,7 @@ class ClusterSim:
             self.now - job.arrival_s,
             job.hit_tokens,
             job.input_tokens,
+            router,
         )
         decode_s = job.output_tokens * replica.model.decode_s_per_token
         self._push(self.now + decode_s, _Kind.DECODE_DONE, (name, job))
@@ -343,8 +362,9 @@ class ClusterSim:
         name, job = payload  # type: ignore[misc]
         replica = self.replicas[name]
         replica.finish(job)
-        router, _ = self._routes.pop(job.index)
-        self._in_flight[router][name] -= 1
+        router, generation, _ = self._routes.pop(job.index)
+        if generation == self._generation[router]:
+            self._in_flight[router][name] -= 1
         self._remaining -= 1
         self._start(replica)
         self._retire_if_drained(replica)

@@ -148,6 +148,10 @@ class SglangCacheAwarePolicy(RoutingPolicy):
         _insert(trees[backend], ctx.blocks, cfg.max_tree_blocks)
         return Decision(backend, reason)
 
+    def tree(self, backend: str) -> frozenset[int]:
+        """The chained block keys this router's tree holds for ``backend``."""
+        return frozenset(self._trees.get(backend, ()))
+
 
 def _hash64(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")

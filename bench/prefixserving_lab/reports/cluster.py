@@ -14,9 +14,14 @@ from prefixserving_lab.runners.cluster import (
     BALANCE_TOLERANCE,
     CHALLENGER,
     HIT_GOAL,
+    LEAD_FROM_ROUTERS,
     OURS,
+    PEERS,
+    SCALING_TOLERANCE,
     RunRow,
+    ScalingVerdict,
     Verdict,
+    scaling_verdicts,
 )
 
 NOTES = [
@@ -34,6 +39,12 @@ NOTES = [
     " prefix-affinity keeps no memory of placements (that is what lets replicas agree), so a"
     " new conversation either stays on its hashed replica however loaded or moves and misses"
     " on its next turn; it cannot match them there.",
+    "- More router replicas: prefix-affinity's ranking is the same on every router, but each"
+    " router estimates traffic shares (key depth, per-key load bound) from its own 1/R of the"
+    " requests, so at R = 8 its estimates take 8 times as many cluster requests to settle and"
+    " stay noisier; more requests spill while they do, mostly early in the trace. Peers lose"
+    " more: their placement memory is per router, so each router places each conversation"
+    " afresh.",
     "- KubeAI-style hashes the first block only: when every request starts with the same"
     " system prompt (shared-prefix groups), one replica is everyone's first choice and the"
     " load bound scatters the rest.",
@@ -50,15 +61,20 @@ NOTES = [
 
 
 def write_cluster_results(
-    out_dir: Path, rows: Sequence[RunRow], verdicts: Sequence[Verdict], meta: Mapping[str, Any]
+    out_dir: Path,
+    rows: Sequence[RunRow],
+    verdicts: Sequence[Verdict],
+    meta: Mapping[str, Any],
+    name: str = "cluster",
 ) -> tuple[Path, Path]:
-    """Write ``cluster.json`` and ``cluster.md`` into ``out_dir``; return their paths."""
+    """Write ``<name>.json`` and ``<name>.md`` into ``out_dir``; return their paths."""
     data = {
         **meta,
         "rows": [asdict(r) for r in rows],
         "verdicts": [{**asdict(v), "met": v.met} for v in verdicts],
+        "scaling_verdicts": [{**asdict(v), "met": v.met} for v in scaling_verdicts(rows)],
     }
-    return write_results(out_dir, "cluster", data, render_markdown(rows, verdicts, meta))
+    return write_results(out_dir, name, data, render_markdown(rows, verdicts, meta))
 
 
 def _pct(value: float) -> str:
@@ -108,6 +124,7 @@ def render_markdown(
             )
         lines.append("")
     lines += _goal_section(rows, verdicts)
+    lines += _scaling_section(rows, scaling_verdicts(rows))
     lines += _two_choice_section(rows, verdicts, meta.get("deployed_routers", 0))
     lines += NOTES
     return "\n".join(lines) + "\n"
@@ -150,6 +167,53 @@ def _goal_section(rows: Sequence[RunRow], verdicts: Sequence[Verdict]) -> list[s
         )
     met = sum(v.met for v in verdicts)
     lines += ["", f"Goal met in {met} of {len(verdicts)} cases.", ""]
+    return lines
+
+
+def _scaling_section(rows: Sequence[RunRow], verdicts: Sequence[ScalingVerdict]) -> list[str]:
+    """Issue 18's goal for router replicas; only when the run has R = 1 and some R > 1."""
+    judged = list(verdicts)
+    if not judged:
+        return []
+    by_case = {(r.workload, r.replicas, r.routers, r.policy): r for r in rows}
+    peers = [p for p in PEERS if any(r.policy == p for r in rows)]
+    lines = [
+        "## Goal: router replicas",
+        "",
+        f"Per case with R > 1 router replicas: prefix-affinity's hit rate at least"
+        f" {_pct(1 - SCALING_TOLERANCE)} of its own with one router (same workload and N),"
+        f" and from {LEAD_FROM_ROUTERS} routers higher than every peer's ("
+        + ", ".join(peers)
+        + ") at the same R. Each request goes to a router replica chosen at random; every"
+        " router replica keeps its own policy state.",
+        "",
+        "| workload | N | routers | ours | of 1 router | " + " | ".join(peers) + " | goal |",
+        "|---|---|---|---|---|" + "---|" * len(peers) + "---|",
+    ]
+    for v in judged:
+        ours = by_case[(v.workload, v.replicas, v.routers, OURS)]
+        cells = []
+        for peer in peers:
+            row = by_case.get((v.workload, v.replicas, v.routers, peer))
+            cells.append(_pct(row.hit_rate) if row else "-")
+        why = "met" if v.met else "missed"
+        if not v.within_goal_met:
+            why += f" (< {_pct(1 - SCALING_TOLERANCE)} of 1 router)"
+        if v.behind:
+            why += " (behind " + ", ".join(v.behind) + ")"
+        lines.append(
+            f"| {v.workload} | {v.replicas} | {v.routers} | {_pct(ours.hit_rate)} | "
+            f"{_pct(v.of_one_router)} | " + " | ".join(cells) + f" | {why} |"
+        )
+    within = sum(v.within_goal_met for v in judged)
+    lead = [v for v in judged if v.lead_judged]
+    ahead = sum(not v.behind for v in lead)
+    lines += [
+        "",
+        f"Within {_pct(SCALING_TOLERANCE)} of one router: {within} of {len(judged)} cases."
+        f" Ahead of every peer from {LEAD_FROM_ROUTERS} routers: {ahead} of {len(lead)} cases.",
+        "",
+    ]
     return lines
 
 

@@ -20,6 +20,10 @@ The goal of the router issue, judged per (workload, N, R) for ``prefix_affinity`
 least 95% of the ideal; max/mean requests at most 1.25; and a hit rate at least that of every
 other policy that is balanced as well: whose max/mean is at most 1.25 or at most ours (a
 policy that buys hit rate with worse balance than both is not a like-for-like rival).
+
+The router-replica goal (issue 18), judged per (workload, N, R) when the run has R = 1: our
+hit rate at R router replicas at least ``1 - SCALING_TOLERANCE`` (99%) of ours at R = 1, and,
+from ``LEAD_FROM_ROUTERS`` (4) router replicas, above every peer's (``PEERS``) at the same R.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ HIT_GOAL = 0.95
 # The goal's balance is the router's own load bound: max/mean at most that.
 BALANCE_GOAL = constants.ROUTER_LOAD_BOUND
 BALANCE_TOLERANCE = 0.02
+PEERS = ("two_choice", "kubeai_chwbl", "sglang_cache_aware")
+SCALING_TOLERANCE = 0.01
+LEAD_FROM_ROUTERS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,3 +246,54 @@ def verdicts(rows: Sequence[RunRow]) -> list[Verdict]:
 def _comparable(ours: RunRow, other: RunRow) -> bool:
     """Whether ``other`` is balanced well enough to be compared with ours on hit rate."""
     return other.max_mean_requests <= max(ours.max_mean_requests + BALANCE_TOLERANCE, BALANCE_GOAL)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingVerdict:
+    """Issue 18's router-replica goal for one (workload, N, R); see the module docstring.
+    ``of_one_router``: our hit rate at R over ours at R = 1; ``behind``: the peers with a
+    higher hit rate at R (judged only from ``LEAD_FROM_ROUTERS``, else empty)."""
+
+    workload: str
+    replicas: int
+    routers: int
+    of_one_router: float
+    within_goal_met: bool
+    lead_judged: bool
+    behind: tuple[str, ...]
+
+    @property
+    def met(self) -> bool:
+        return self.within_goal_met and not self.behind
+
+
+def scaling_verdicts(rows: Sequence[RunRow]) -> list[ScalingVerdict]:
+    """One verdict per (workload, N, R > 1) that has our row and our row at R = 1."""
+    ours = {(r.workload, r.replicas, r.routers): r for r in rows if r.policy == OURS}
+    out = []
+    for (workload, n, routers), row in ours.items():
+        single = ours.get((workload, n, 1))
+        if routers == 1 or single is None or not single.hit_rate:
+            continue
+        ratio = row.hit_rate / single.hit_rate
+        judged = routers >= LEAD_FROM_ROUTERS
+        behind = tuple(
+            r.policy
+            for r in rows
+            if judged
+            and (r.workload, r.replicas, r.routers) == (workload, n, routers)
+            and r.policy in PEERS
+            and r.hit_rate >= row.hit_rate
+        )
+        out.append(
+            ScalingVerdict(
+                workload,
+                n,
+                routers,
+                round(ratio, 4),
+                ratio >= 1 - SCALING_TOLERANCE,
+                judged,
+                behind,
+            )
+        )
+    return out

@@ -1,0 +1,202 @@
+"""Faults in the cluster simulator: hit rate and TTFT over simulated time (issue 18).
+
+Each scenario replays the same requests on the same fleet (``replicas`` engine pods behind
+``routers`` router replicas, :mod:`prefixserving_lab.models.fleet` pods with warm-up as the
+operator deploys them) and injects one fault at ``fault_s``:
+
+- ``steady``: none (the reference).
+- ``router-restart``: router replica 0 restarts with its policy state lost
+  (:meth:`~prefixserving_lab.models.cluster.ClusterSim.restart_router`).
+- ``engines-out``: ``engines_out`` pods are removed (the most recently started, as a
+  ReplicaSet picks them; they drain) and ``out_for_s`` later the Deployment is scaled back:
+  new pods start, load for ``load_s`` and warm up.
+- ``rolling-update``: every pod is replaced, surge 1 and unavailable 0
+  (:class:`~prefixserving_lab.models.rollout.RollingUpdate`).
+
+**Reported** per scenario (:class:`FaultSeries`): requests bucketed by arrival into
+``bucket_s`` windows; per bucket the hit rate, its ratio to the steady run's hit rate in the
+same bucket, and TTFT p99. The goal: after the fault, no stretch of consecutive buckets whose
+ratio is below ``DIP_RATIO`` (90%) lasting longer than ``DIP_LIMIT_S`` (60 s). A bucket's
+ratio is NaN (and ends no stretch nor starts one) when either run has no prompt tokens there.
+
+Deterministic; cost: one cluster simulation per scenario.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
+from prefixserving_lab.models.cluster import hit_rate as outcomes_hit_rate
+from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle
+from prefixserving_lab.models.peer_routers import make_sim_policy
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.models.rollout import RollingUpdate
+from prefixserving_lab.stats import quantile
+from prefixserving_lab.workloads.traces import TraceRequest
+
+SCENARIOS = ("steady", "router-restart", "engines-out", "rolling-update")
+DIP_RATIO = 0.9
+DIP_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSetup:
+    """The fleet, the routers and the fault's timing (module docstring)."""
+
+    replicas: int = 8
+    routers: int = 2
+    policy: str = "prefix_affinity"
+    fault_s: float = 300.0
+    engines_out: int = 2
+    out_for_s: float = 120.0
+    bucket_s: float = 15.0
+    lifecycle: PodLifecycle = field(default_factory=PodLifecycle)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.engines_out < self.replicas:
+            raise ValueError("engines_out must be between 1 and replicas - 1")
+        if self.routers < 1 or self.bucket_s <= 0 or self.fault_s < 0 or self.out_for_s < 0:
+            raise ValueError("routers >= 1, bucket_s > 0, fault_s >= 0 and out_for_s >= 0")
+
+
+class _Fault:
+    """``on_tick`` of one scenario: pod upkeep, then the fault's steps when they are due."""
+
+    def __init__(self, scenario: str, setup: FaultSetup, fleet: Fleet) -> None:
+        self.scenario, self.setup, self.fleet = scenario, setup, fleet
+        rollout_start = setup.fault_s if scenario == "rolling-update" else None
+        self.rollout = RollingUpdate(fleet, rollout_start)
+        self._steps = self._plan()
+
+    def _plan(self) -> list[tuple[float, str]]:
+        s = self.setup
+        if self.scenario == "router-restart":
+            return [(s.fault_s, "restart")]
+        if self.scenario == "engines-out":
+            return [(s.fault_s, "remove"), (s.fault_s + s.out_for_s, "restore")]
+        return []
+
+    def __call__(self, sim: ClusterSim, tick: Tick) -> None:
+        self.rollout(sim, tick)  # also the fleet's upkeep (RollingUpdate calls on_tick)
+        while self._steps and self._steps[0][0] <= tick.time_s:
+            _, step = self._steps.pop(0)
+            if step == "restart":
+                sim.restart_router(0, make_sim_policy(self.setup.policy))
+            elif step == "remove":
+                self.fleet.scale_to(sim, self.setup.replicas - self.setup.engines_out)
+            else:
+                self.fleet.scale_to(sim, self.setup.replicas)
+
+
+def run_scenario(
+    requests: Sequence[TraceRequest], setup: FaultSetup, service: ServiceModel, scenario: str
+) -> ClusterResult:
+    """One scenario on ``requests`` (already at the pace to replay)."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario must be one of {', '.join(SCENARIOS)}")
+    lifecycle = setup.lifecycle
+    hot = HotPrefixWindow(requests, lifecycle.window_s, lifecycle.min_hits)
+    fleet = Fleet(lifecycle, make_sim_policy(setup.policy), service, hot)
+    routers = [make_sim_policy(setup.policy) for _ in range(setup.routers)]
+    sim = ClusterSim(
+        routers, ClusterConfig(service=service), on_tick=_Fault(scenario, setup, fleet)
+    )
+    fleet.seed(sim, setup.replicas)
+    return sim.run(requests)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Requests that arrived in ``[start_s, start_s + bucket_s)``."""
+
+    start_s: float
+    requests: int
+    hit_rate: float
+    of_steady: float
+    ttft_p99_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSeries:
+    """One scenario over time, and the goal (module docstring)."""
+
+    scenario: str
+    hit_rate_after: float
+    steady_hit_rate_after: float
+    ttft_p99_after_s: float
+    steady_ttft_p99_after_s: float
+    lowest_of_steady: float
+    longest_dip_s: float
+    buckets: tuple[Bucket, ...]
+
+    @property
+    def met(self) -> bool:
+        return self.longest_dip_s <= DIP_LIMIT_S
+
+
+def _buckets(result: ClusterResult, bucket_s: float) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for o in result.outcomes:
+        out.setdefault(int(o.arrival_s // bucket_s), []).append(o)
+    return out
+
+
+def series(
+    scenario: str, result: ClusterResult, steady: ClusterResult, setup: FaultSetup
+) -> FaultSeries:
+    """Bucket ``result`` against ``steady`` and measure the dips after ``fault_s``."""
+    mine, ref = _buckets(result, setup.bucket_s), _buckets(steady, setup.bucket_s)
+    first = int(setup.fault_s // setup.bucket_s)
+    buckets = []
+    for index in sorted(mine):
+        outcomes = mine[index]
+        rate, steady_rate = outcomes_hit_rate(outcomes), outcomes_hit_rate(ref.get(index, []))
+        ratio = rate / steady_rate if steady_rate and not math.isnan(rate) else math.nan
+        ttfts = [o.ttft_s for o in outcomes if o.ttft_s is not None]
+        buckets.append(
+            Bucket(index * setup.bucket_s, len(outcomes), rate, ratio, quantile(ttfts, 0.99))
+        )
+    after = [b for b in buckets if b.start_s >= first * setup.bucket_s]
+    longest = current = 0.0
+    for b in after:
+        if math.isnan(b.of_steady):
+            continue
+        current = current + setup.bucket_s if b.of_steady < DIP_RATIO else 0.0
+        longest = max(longest, current)
+    ratios = [b.of_steady for b in after if not math.isnan(b.of_steady)]
+
+    def later(r: ClusterResult) -> list:
+        return [o for o in r.outcomes if o.arrival_s >= setup.fault_s]
+
+    def p99(r: ClusterResult) -> float:
+        return quantile((o.ttft_s for o in later(r) if o.ttft_s is not None), 0.99)
+
+    return FaultSeries(
+        scenario,
+        outcomes_hit_rate(later(result)),
+        outcomes_hit_rate(later(steady)),
+        p99(result),
+        p99(steady),
+        min(ratios) if ratios else math.nan,
+        longest,
+        tuple(buckets),
+    )
+
+
+def run_faults(
+    requests: Sequence[TraceRequest],
+    setup: FaultSetup,
+    service: ServiceModel,
+    scenarios: Sequence[str] = SCENARIOS[1:],
+) -> list[FaultSeries]:
+    """The steady reference, then each scenario against it."""
+    steady = run_scenario(requests, setup, service, "steady")
+    out = [series("steady", steady, steady, setup)]
+    for scenario in scenarios:
+        out.append(
+            series(scenario, run_scenario(requests, setup, service, scenario), steady, setup)
+        )
+    return out

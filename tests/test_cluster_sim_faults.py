@@ -1,0 +1,133 @@
+"""Faults in the cluster simulator: a router restart loses that router's state only, engines
+out and back, and the dip measurement of ``bench faults`` (its command runs in
+``test_bench_smoke.py``)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Outcome
+from prefixserving_lab.models.fleet import PodLifecycle
+from prefixserving_lab.models.peer_routers import make_sim_policy
+from prefixserving_lab.models.replica import ServiceModel
+from prefixserving_lab.runners.faults import FaultSetup, run_scenario, series
+from prefixserving_lab.workloads.traces import TraceRequest
+
+FAST = ServiceModel(
+    prefill_s_per_token=0.001, prefill_overhead_s=0.0, decode_s_per_token=0.01, block_tokens=4
+)
+
+
+def _req(t: float, ids: tuple[int, ...]) -> TraceRequest:
+    return TraceRequest(t, len(ids) * 4, 1, ids, 4)
+
+
+def _conversations(count: int, turns: int, gap_s: float) -> list[TraceRequest]:
+    return [
+        _req(gap_s * (turn * count + c), (c, 1000 + c, 2000 + c))
+        for turn in range(turns)
+        for c in range(count)
+    ]
+
+
+def test_restarted_router_forgets_only_its_own_state() -> None:
+    """SGLang-style routers: after router 0 restarts, its first request of each conversation
+    is placed without affinity (its trees are gone); router 1 keeps its affinity."""
+    requests = _conversations(20, 6, 0.1)
+    restart_s = 6.0  # after 3 turns
+    sim = ClusterSim(
+        [make_sim_policy("sglang_cache_aware") for _ in range(2)],
+        ClusterConfig(service=FAST),
+        on_tick=lambda s, tick: (
+            s.restart_router(0, make_sim_policy("sglang_cache_aware"))
+            if tick.time_s == restart_s
+            else None
+        ),
+    )
+    for i in range(4):
+        sim.add_replica(f"r{i}")
+    result = sim.run(requests)
+    firsts: dict[tuple[int | None, int, bool], int] = {}
+    for o in result.outcomes:
+        restarted = o.router == 0 and o.arrival_s >= restart_s
+        firsts.setdefault((o.router, requests[o.index].block_ids[0], restarted), o.index)
+    cold = {o.index for o in result.outcomes if o.reason != "affinity"}
+    assert cold == set(firsts.values())
+    assert sum(restarted for _, _, restarted in firsts) > 0
+    assert all(s.in_flight >= 0 for tick in result.ticks for s in tick.replicas)
+
+
+def test_restart_router_rejects_an_unknown_index() -> None:
+    sim = ClusterSim(make_sim_policy("round_robin"), ClusterConfig(service=FAST))
+    with pytest.raises(ValueError, match="no router replica 3"):
+        sim.restart_router(3, make_sim_policy("round_robin"))
+
+
+def test_engines_out_take_no_traffic_until_new_pods_are_ready() -> None:
+    """Two of four pods removed at the 5 s tick and the Deployment scaled back at 8 s: after
+    5 s only the two remaining pods are routed to, until the new pods load (2 s) and turn
+    Ready (requests arriving at 5 s itself come before that tick)."""
+    requests = _conversations(40, 10, 0.05)
+    setup = FaultSetup(
+        replicas=4,
+        routers=2,
+        fault_s=5.0,
+        engines_out=2,
+        out_for_s=3.0,
+        bucket_s=1.0,
+        lifecycle=PodLifecycle(load_s=2.0, warmup=False),
+    )
+    result = run_scenario(requests, setup, FAST, "engines-out")
+    before = {o.backend for o in result.outcomes if o.arrival_s < 5.0}
+    out = {o.backend for o in result.outcomes if 5.01 <= o.arrival_s < 10.0}
+    back = {o.backend for o in result.outcomes if o.arrival_s >= 11.0}
+    assert len(before) == 4 and len(out) == 2 and out < before
+    assert len(back) == 4 and len(back - before) == 2  # two new pods, new names
+
+
+def _outcomes(hits: list[float], bucket_s: float) -> ClusterResult:
+    """Ten requests of 100 tokens per bucket, ``hits[i]`` of them cached in bucket i."""
+    outcomes = []
+    for b, hit in enumerate(hits):
+        for k in range(10):
+            index = len(outcomes)
+            t = b * bucket_s + k * bucket_s / 10
+            outcomes.append(Outcome(index, t, "r0", "affinity", 0.1, int(hit * 100), 100, 0))
+    return ClusterResult(outcomes, {}, [], Counter(), 0.0)
+
+
+def test_dip_is_the_longest_run_of_buckets_below_ninety_percent_of_steady() -> None:
+    setup = FaultSetup(fault_s=30.0, bucket_s=15.0)
+    steady = _outcomes([0.8] * 11, 15.0)
+    # Before the fault (buckets 0-1) a dip does not count; after it 3 buckets below 90% of
+    # steady, a good one, then 5 below (75 s, over the 60 s limit); the last bucket has no
+    # steady requests, so it has no ratio.
+    faulty = _outcomes([0.1, 0.1, 0.5, 0.6, 0.7, 0.8, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], 15.0)
+    got = series("engines-out", faulty, steady, setup)
+    assert got.longest_dip_s == 75.0 and not got.met
+    assert got.lowest_of_steady == pytest.approx(0.5 / 0.8)
+    assert math.isnan(got.buckets[-1].of_steady)  # no steady requests in that bucket
+    short = _outcomes([0.8, 0.8, 0.7, 0.7, 0.7, 0.7, 0.8, 0.8, 0.8, 0.8, 0.8], 15.0)
+    assert series("engines-out", short, steady, setup).met  # exactly 60 s
+
+
+def test_restarted_router_counts_only_requests_it_routed_since() -> None:
+    """A request with a 10 s decode is in flight when its router restarts: the new router
+    counts nothing in flight, and the request's completion does not drive its count below 0."""
+    long = TraceRequest(0.0, 4, 1000, (1,), 4)
+    sim = ClusterSim(
+        make_sim_policy("least_loaded"),
+        ClusterConfig(service=FAST),
+        on_tick=lambda s, tick: (
+            s.restart_router(0, make_sim_policy("least_loaded")) if tick.time_s == 1.0 else None
+        ),
+    )
+    sim.add_replica("r0")
+    result = sim.run([long, _req(15.0, (2,))])
+    in_flight = {tick.time_s: tick.replicas[0].in_flight for tick in result.ticks}
+    assert in_flight[0.0] == in_flight[1.0] == 1  # a tick samples before its on_tick
+    assert in_flight[2.0] == 0 and in_flight[12.0] == 0
+    assert all(n >= 0 for n in in_flight.values())

@@ -78,7 +78,10 @@ MIN_REPLICAS: Final = 1
 MAX_REPLICAS: Final = 4
 TARGET_KV_CACHE_USAGE: Final = 0.8
 TARGET_QUEUE_DEPTH: Final = 5.0
-SIGNALS: Final = ("kvCacheUsage", "queueDepth")
+TARGET_BACKLOG_SECONDS: Final = 2.0
+# Prefill throughput assumed for an engine with no prefill measured in the PromQL window.
+PREFILL_TOKENS_PER_S: Final = 4000.0
+SIGNALS: Final = ("kvCacheUsage", "queueDepth", "backlogSeconds")
 PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc.cluster.local:9090"
 POLLING_INTERVAL_S: Final = 15
 COOLDOWN_PERIOD_S: Final = 300

@@ -434,7 +434,18 @@ class ScalingTargets(ApiModel):
         gt=0.0,
         le=10_000.0,
         description=with_default(
-            "vllm:num_requests_waiting per replica", defaults.TARGET_QUEUE_DEPTH
+            "Requests waiting per replica, PEEK's held siblings not counted",
+            defaults.TARGET_QUEUE_DEPTH,
+        ),
+    )
+    backlog_seconds: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3600.0,
+        description=with_default(
+            "Seconds of uncached prompt tokens waiting per replica, at its measured prefill"
+            " throughput",
+            defaults.TARGET_BACKLOG_SECONDS,
         ),
     )
 
@@ -492,11 +503,22 @@ class ScalingParameters(ApiModel):
         description=with_default("Most engine replicas", defaults.MAX_REPLICAS),
     )
     targets: ScalingTargets | None = Field(default=None, description="Scaling targets.")
-    signals: list[Literal["kvCacheUsage", "queueDepth"]] | None = Field(
+    signals: list[Literal["kvCacheUsage", "queueDepth", "backlogSeconds"]] | None = Field(
         default=None,
         min_length=1,
-        max_length=2,
+        max_length=3,
         description=with_default("Signals that drive scaling", defaults.SIGNALS),
+    )
+    prefill_tokens_per_second: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=10_000_000.0,
+        description=with_default(
+            "Prefill throughput backlogSeconds assumes for a replica that prefilled nothing in"
+            " the last 10 minutes (KEDA backend; the HPA backend's adapter rules use the"
+            " default)",
+            defaults.PREFILL_TOKENS_PER_S,
+        ),
     )
     behavior: ScalingBehaviorSpec | None = Field(
         default=None, description="Scale-up and scale-down rate limits."

@@ -31,27 +31,33 @@ def autoscaling_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> 
         "scaleUp": _behavior(auto.scale_up, "Max"),
         "scaleDown": _behavior(auto.scale_down, "Min"),
     }
-    signals = []
-    if "kvCacheUsage" in auto.signals:
-        signals.append(
-            {
-                "trigger": "kv-cache-usage",
-                "query": promql.kv_cache_usage(namespace, name),
-                "metric_type": "Value",
-                "adapter_metric": promql.ADAPTER_METRIC_KV_CACHE_USAGE,
-                "target": auto.target_kv_cache_usage,
-            }
-        )
-    if "queueDepth" in auto.signals:
-        signals.append(
-            {
-                "trigger": "queue-depth",
-                "query": promql.queue_depth_total(namespace, name),
-                "metric_type": "AverageValue",
-                "adapter_metric": promql.ADAPTER_METRIC_REQUESTS_WAITING,
-                "target": auto.target_queue_depth,
-            }
-        )
+    matchers = (namespace, name)
+    # signal -> KEDA trigger name, PromQL, KEDA metric type, prometheus-adapter metric.
+    every = {
+        "kvCacheUsage": (
+            "kv-cache-usage",
+            promql.kv_cache_usage(*matchers),
+            "Value",
+            promql.ADAPTER_METRIC_KV_CACHE_USAGE,
+        ),
+        "queueDepth": (
+            "queue-depth",
+            promql.queue_depth_total(*matchers),
+            "AverageValue",
+            promql.ADAPTER_METRIC_REQUESTS_WAITING,
+        ),
+        "backlogSeconds": (
+            "backlog-seconds",
+            promql.backlog_seconds_total(*matchers, auto.prefill_tokens_per_s),
+            "AverageValue",
+            promql.ADAPTER_METRIC_BACKLOG_SECONDS,
+        ),
+    }
+    signals = [
+        dict(zip(("trigger", "query", "metric_type", "adapter_metric"), every[s], strict=True))
+        | {"target": target}
+        for s, target in auto.targets().items()
+    ]
     for signal in signals:
         signal["threshold"] = number(signal["target"])
         signal["average_value"] = quantity(signal["target"])

@@ -413,6 +413,16 @@ class RouterSpec(ApiModel):
     resources: RouterResources = Field(
         default_factory=RouterResources, description="CPU and memory of a router pod."
     )
+    no_engine_hold_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds a request waits for a Ready engine while there is none, then 503 with"
+            " Retry-After (default: "
+            f"{defaults.ROUTER_NO_ENGINE_HOLD_S} with autoscaling.minReplicas 0, else 0)."
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------- autoscaling
@@ -492,9 +502,13 @@ class ScalingParameters(ApiModel):
     )
     min_replicas: int | None = Field(
         default=None,
-        ge=1,
+        ge=0,
         le=1000,
-        description=with_default("Fewest engine replicas", defaults.MIN_REPLICAS),
+        description=with_default(
+            "Fewest engine replicas (0: scale to zero, KEDA backend; the router holds requests"
+            " while the first engine starts)",
+            defaults.MIN_REPLICAS,
+        ),
     )
     max_replicas: int | None = Field(
         default=None,

@@ -81,6 +81,7 @@ ROUTER_DECISIONS: Final = "prefixserving_router_decisions_total"
 ROUTER_REQUESTS: Final = "prefixserving_router_requests_total"
 ROUTER_NEW_FIRST_BLOCK_RATIO: Final = constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO
 ROUTER_HYGIENE_CAUSE: Final = constants.METRIC_ROUTER_HYGIENE_CAUSE
+ROUTER_HELD_REQUESTS: Final = constants.METRIC_ROUTER_HELD_REQUESTS
 WARMUP_TIMEOUTS: Final = constants.METRIC_WARMUP_TIMEOUTS
 # kube-state-metrics series of an HPA (KEDA's HPA too); used when max replicas is unknown.
 KSM_HPA_CURRENT: Final = "kube_horizontalpodautoscaler_status_current_replicas"
@@ -217,6 +218,12 @@ def backlog_seconds_by_pod(
     tokens = uncached_waiting_tokens_by_pod(matchers, by)
     throughput = prefill_throughput_by_pod(matchers, by)
     return f"({tokens} / on ({by}) {throughput} or on ({by}) {tokens} / {assumed_tokens_per_s:g})"
+
+
+def held_requests_total(namespace: str, name: str) -> str:
+    """Requests the resource's routers hold while no engine is Ready (scale from zero: KEDA
+    activates the Deployment when this is above 0)."""
+    return f"sum({ROUTER_HELD_REQUESTS}{router_selector(namespace, name)})"
 
 
 def queue_depth_total(namespace: str, name: str) -> str:

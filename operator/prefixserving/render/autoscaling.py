@@ -55,14 +55,30 @@ def autoscaling_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> 
     }
     signals = [
         dict(zip(("trigger", "query", "metric_type", "adapter_metric"), every[s], strict=True))
-        | {"target": target}
+        | {"target": target, "activation_threshold": None}
         for s, target in auto.targets().items()
     ]
+    if auto.min_replicas == 0:
+        # Scale from zero: no engine series exist at 0 replicas; the routers' held requests
+        # wake the Deployment (KEDA activates above the activation threshold), and afterwards
+        # ask for one replica per held request while none is Ready.
+        signals.append(
+            {
+                "trigger": "held-requests",
+                "query": promql.held_requests_total(*matchers),
+                "metric_type": "AverageValue",
+                "adapter_metric": None,
+                "target": 1,
+                "activation_threshold": "0",
+            }
+        )
     for signal in signals:
         signal["threshold"] = number(signal["target"])
         signal["average_value"] = quantity(signal["target"])
     return {
         "min_replicas": auto.min_replicas,
+        # An HPA cannot scale to zero (validation keeps minReplicas 0 to the KEDA backend).
+        "hpa_min_replicas": max(auto.min_replicas, 1),
         "max_replicas": auto.max_replicas,
         "prometheus_url": auto.prometheus_url,
         "polling_interval_s": auto.polling_interval_s,

@@ -18,6 +18,7 @@ from prefixserving.autoscaling import dashboard
 from prefixserving.peek.metrics import PeekSnapshot, snapshot_families
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.exposition import RouterMetrics
+from prefixserving.router.hold import ReadyHold
 from prefixserving.router.hygiene import PrefixHygiene
 from prefixserving.warmup.state import WarmupState
 
@@ -39,7 +40,8 @@ def exported(registry: CollectorRegistry) -> set[str]:
 
 
 def project_series() -> set[str]:
-    router = RouterMetrics(BackendPool(static=["http://127.0.0.1:1"]), PrefixHygiene())
+    pool = BackendPool(static=["http://127.0.0.1:1"])
+    router = RouterMetrics(pool, PrefixHygiene(), ReadyHold(pool.healthy, hold_s=0))
     counts = dict.fromkeys(
         (
             "held_siblings",

@@ -341,7 +341,7 @@ async def test_router_image_routes_to_a_fake_engine(router_image: Image) -> None
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 ready = await _ready(client, process)
-                assert ready.json() == {"healthy_backends": 1, "backends": 1}
+                assert ready.json() == {"healthy_backends": 1, "backends": 1, "held": 0}
                 body = {"model": engine.model, "prompt": "hello", "max_tokens": 1}
                 answer = await client.post("/v1/completions", json=body)
                 assert answer.status_code == 200 and answer.json()["backend"] == "e0"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from alerts_support import promtool
+from prefixserving.api import defaults
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import alerts, dashboard, promql
 from prefixserving.render import render_children
@@ -72,19 +73,29 @@ def test_fleet_recovers_the_resource_name(pod: str, component: str, resource_nam
 
 
 def test_scaled_object_runs_the_status_queries() -> None:
-    """KEDA scales on the same KV query the status shows, and on the total queue."""
+    """KEDA scales on the same KV query the status shows, on the total honest queue and on
+    the total backlog seconds (the default signals, with the default assumed throughput)."""
     triggers = {t["name"]: t for t in child("keda", "ScaledObject")["spec"]["triggers"]}
-    kv, queue = triggers["kv-cache-usage"], triggers["queue-depth"]
+    assert set(triggers) == {"kv-cache-usage", "queue-depth", "backlog-seconds"}
+    kv, queue, backlog = (
+        triggers["kv-cache-usage"],
+        triggers["queue-depth"],
+        triggers["backlog-seconds"],
+    )
     assert kv["metadata"]["query"] == promql.kv_cache_usage("team-a", "chat")
     assert kv["metricType"] == "Value"
     assert queue["metadata"]["query"] == promql.queue_depth_total("team-a", "chat")
     assert queue["metricType"] == "AverageValue"
+    assumed = defaults.PREFILL_TOKENS_PER_S
+    assert backlog["metadata"]["query"] == promql.backlog_seconds_total("team-a", "chat", assumed)
+    assert backlog["metricType"] == "AverageValue"
+    assert backlog["metadata"]["threshold"] == f"{defaults.TARGET_BACKLOG_SECONDS:g}"
 
 
 def test_every_hpa_metric_is_served_by_one_adapter_rule() -> None:
     """prometheus-adapter names each discovered series by its rule; the HPA must ask for
     exactly those names, as Pods metrics."""
-    rules = promql.adapter_rules()
+    rules = promql.adapter_rules(defaults.PREFILL_TOKENS_PER_S)
     metrics = child("hpa", "HorizontalPodAutoscaler")["spec"]["metrics"]
     assert {m["type"] for m in metrics} == {"Pods"}
     served = {}
@@ -93,12 +104,13 @@ def test_every_hpa_metric_is_served_by_one_adapter_rule() -> None:
         assert re.search(rule["name"]["matches"], series)
         served[re.sub(rule["name"]["matches"], rule["name"]["as"], series)] = series
         assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
-        for variable in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
+        for variable in ("<<.LabelMatchers>>", "<<.GroupBy>>"):
             assert variable in rule["metricsQuery"]
     assert {m["pods"]["metric"]["name"] for m in metrics} == set(served)
     assert served == {
         promql.ADAPTER_METRIC_KV_CACHE_USAGE: promql.VLLM_KV_CACHE_USAGE,
         promql.ADAPTER_METRIC_REQUESTS_WAITING: promql.VLLM_REQUESTS_WAITING,
+        promql.ADAPTER_METRIC_BACKLOG_SECONDS: promql.VLLM_REQUESTS_RUNNING,
     }
 
 
@@ -108,10 +120,12 @@ def every_expression() -> list[str]:
         promql.kv_cache_usage("ns", "a"),
         promql.queue_depth_total("ns", "a"),
         promql.queue_depth_per_replica("ns", "a"),
+        promql.backlog_seconds_total("ns", "a", defaults.PREFILL_TOKENS_PER_S),
+        promql.backlog_seconds_per_replica("ns", "a", defaults.PREFILL_TOKENS_PER_S),
         promql.prefix_cache_hit_rate("ns", "a"),
         promql.new_first_block_ratio("ns", "a"),
     ]
-    for rule in promql.adapter_rules():
+    for rule in promql.adapter_rules(defaults.PREFILL_TOKENS_PER_S):
         exprs.append(
             rule["metricsQuery"]
             .replace("<<.Series>>", promql.VLLM_KV_CACHE_USAGE)

@@ -16,7 +16,11 @@ the comparison is exact and in two steps, at instants spread over the load: each
 Prometheus holds (at its scrape's timestamp) is one the engine's ``/metrics`` returned to that
 scrape, and each query under test equals the aggregate of those values (the mean for KEDA's
 ``Value`` trigger and the status, the sum for ``AverageValue``, one value per pod for the
-adapter rules).
+adapter rules). The honest queue is checked against each pod's recorded waiting requests less
+its recorded held siblings, backlog seconds against each pod's recorded uncached waiting
+tokens over the pod's prefill throughput (Prometheus' own ``rate()`` of vLLM's histograms at
+that instant, or the assumed throughput where the pod has none); the throughput itself is
+checked against the engines' histogram deltas over the test.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ import pytest
 import yaml
 
 from conftest import ROOT, tool
+from prefixserving.api import defaults
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import dashboard, promql
+from prefixserving.peek.metrics import PEEK_HELD_SIBLINGS, PEEK_UNCACHED_WAITING_TOKENS
 from prefixserving.render import render_children
 from prefixserving_lab.runners.stack.engines import MODEL_NAME, Engine, sum_metric
 from prefixserving_lab.runners.stack.prometheus import Prometheus, running_prometheus
@@ -55,7 +61,14 @@ SCRAPE_S = 2.0  # also the scrape timeout: /metrics of a busy CPU engine is slow
 MIN_JUDGED = 5
 MAX_JUDGED = 15  # answers compared, spread over the load
 EVALUATION_STEP_S = 0.7  # instants the queries are compared at, over the load
-GAUGES = (promql.VLLM_KV_CACHE_USAGE, promql.VLLM_REQUESTS_WAITING)
+GAUGES = (
+    promql.VLLM_KV_CACHE_USAGE,
+    promql.VLLM_REQUESTS_WAITING,
+    PEEK_HELD_SIBLINGS,
+    PEEK_UNCACHED_WAITING_TOKENS,
+)
+PREFILL_TOKENS = promql.VLLM_PREFILL_COMPUTED_TOKENS + "_sum"
+PREFILL_SECONDS = promql.VLLM_PREFILL_TIME + "_sum"
 COUNTERS = (promql.VLLM_PREFIX_CACHE_HITS, promql.VLLM_PREFIX_CACHE_QUERIES)
 # The load, per engine: max_num_seqs + QUEUED_PER_ENGINE streamed requests of unique
 # ~700-token prompts, each decoding up to half the engine's context, so QUEUED_PER_ENGINE
@@ -72,6 +85,9 @@ WORDS = (
 ).split()
 
 Aggregate = Callable[[Sequence[float]], float]
+# Stored values by metric and pod -> the per-pod values a query must aggregate.
+Values = dict[str, dict[str, float]]
+PerPod = Callable[["Prometheus", float, Values], dict[str, float]]
 
 
 def mean(values: Sequence[float]) -> float:
@@ -231,20 +247,50 @@ def query_at(prom: Prometheus, expr: str, at: float) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
+def gauge(metric: str) -> PerPod:
+    """Each pod's stored value of ``metric``."""
+    return lambda _prom, _at, values: values[metric]
+
+
+def honest_waiting(_prom: Prometheus, _at: float, values: Values) -> dict[str, float]:
+    """Each pod's waiting requests less its held siblings, floored at 0."""
+    held = values[PEEK_HELD_SIBLINGS]
+    return {
+        pod: max(waiting - held[pod], 0.0)
+        for pod, waiting in values[promql.VLLM_REQUESTS_WAITING].items()
+    }
+
+
+def throughput_at(prom: Prometheus, at: float) -> dict[str, float]:
+    """Each pod's prefill throughput as Prometheus computes it at ``at`` (pods without: absent)."""
+    expr = promql.prefill_throughput_by_pod(promql.engine_matchers(NAMESPACE, NAME))
+    return {r["metric"]["pod"]: float(r["value"][1]) for r in query_at(prom, expr, at)}
+
+
+def backlog_seconds(prom: Prometheus, at: float, values: Values) -> dict[str, float]:
+    """Each pod's uncached waiting tokens over its throughput (or the assumed one)."""
+    throughput = throughput_at(prom, at)
+    assumed = defaults.PREFILL_TOKENS_PER_S
+    return {
+        pod: tokens / throughput.get(pod, assumed)
+        for pod, tokens in values[PEEK_UNCACHED_WAITING_TOKENS].items()
+    }
+
+
 @dataclass
 class Check:
-    """One query under test: the engine metric it must reflect and how it aggregates pods."""
+    """One query under test: the per-pod values it must reflect and how it aggregates pods."""
 
     label: str
     expr: str
-    metric: str
+    per_pod: PerPod
     aggregate: Aggregate | None  # None: one value per pod (adapter rules)
     seen: list[float] = field(default_factory=list)
 
-    def verify(self, prom: Prometheus, at: float, values: dict[str, dict[str, float]]) -> None:
-        """The query at ``at`` equals the aggregate of the pods' ``values`` of its metric."""
+    def verify(self, prom: Prometheus, at: float, values: Values) -> None:
+        """The query at ``at`` equals the aggregate of the pods' expected values."""
         result = query_at(prom, self.expr, at)
-        shown = values[self.metric]
+        shown = self.per_pod(prom, at, values)
         if self.aggregate is None:
             got = {r["metric"]["pod"]: float(r["value"][1]) for r in result}
             assert got == pytest.approx(shown, rel=1e-9, abs=1e-12), (self.label, got, shown)
@@ -259,9 +305,10 @@ class Check:
 
 def checks() -> list[Check]:
     """Every query under test: ScaledObject triggers, adapter rules, operator status."""
-    metric_of_trigger = {
-        "kv-cache-usage": promql.VLLM_KV_CACHE_USAGE,
-        "queue-depth": promql.VLLM_REQUESTS_WAITING,
+    metric_of_trigger: dict[str, PerPod] = {
+        "kv-cache-usage": gauge(promql.VLLM_KV_CACHE_USAGE),
+        "queue-depth": honest_waiting,
+        "backlog-seconds": backlog_seconds,
     }
     # KEDA: metricType Value compares the query with the target as is (an average across
     # pods); AverageValue divides the query by the replicas (so it must be the total).
@@ -281,6 +328,12 @@ def checks() -> list[Check]:
     metric_of_adapter_name = {
         promql.ADAPTER_METRIC_KV_CACHE_USAGE: promql.VLLM_KV_CACHE_USAGE,
         promql.ADAPTER_METRIC_REQUESTS_WAITING: promql.VLLM_REQUESTS_WAITING,
+        promql.ADAPTER_METRIC_BACKLOG_SECONDS: promql.VLLM_REQUESTS_RUNNING,
+    }
+    per_pod_of_adapter_name: dict[str, PerPod] = {
+        promql.ADAPTER_METRIC_KV_CACHE_USAGE: gauge(promql.VLLM_KV_CACHE_USAGE),
+        promql.ADAPTER_METRIC_REQUESTS_WAITING: honest_waiting,
+        promql.ADAPTER_METRIC_BACKLOG_SECONDS: backlog_seconds,
     }
     hpa = child("hpa", "HorizontalPodAutoscaler")
     hpa_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
@@ -291,11 +344,11 @@ def checks() -> list[Check]:
         # The rule prometheus-adapter would serve `name` from: its naming maps the series to it.
         (rule,) = [r for r in rules if adapter_name(r, series) == name]
         expr = adapter_query(rule["metricsQuery"], series, NAMESPACE, PODS)
-        found.append(Check(f"adapter {name}", expr, series, None))
+        found.append(Check(f"adapter {name}", expr, per_pod_of_adapter_name[name], None))
     kv_status = promql.kv_cache_usage(NAMESPACE, NAME)
     queue_status = promql.queue_depth_per_replica(NAMESPACE, NAME)
-    found.append(Check("status kvCacheUsage", kv_status, promql.VLLM_KV_CACHE_USAGE, mean))
-    found.append(Check("status queueDepth", queue_status, promql.VLLM_REQUESTS_WAITING, mean))
+    found.append(Check("status kvCacheUsage", kv_status, gauge(promql.VLLM_KV_CACHE_USAGE), mean))
+    found.append(Check("status queueDepth", queue_status, honest_waiting, mean))
     return found
 
 
@@ -445,6 +498,10 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     # test takes about a minute) starts at the counters of `before`.
     wait_for_scrapes(prom, 2, time.time() - 300, "two idle scrapes of each pod")
     before = counters(engines)
+    prefill_before = {
+        pod: {m: sum_metric(engine.metrics_text(), m) for m in (PREFILL_TOKENS, PREFILL_SECONDS)}
+        for pod, engine in engines.items()
+    }
     with queue_held(list(engines.values())):
         queued: set[str] = set()
 
@@ -483,8 +540,22 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     # max_num_seqs running requests of 6 or more blocks of 128 tokens: ~48 of ~8,200 blocks.
     assert max(kv.seen) >= 0.003
 
+    backlog = next(c for c in under_test if c.label == "ScaledObject backlog-seconds")
+    print(f"max backlog {max(backlog.seen):.3f} s")
+    assert max(backlog.seen) > 0  # uncached prompt tokens waited
+
     # Hit rate over the test window: rate(hits) / rate(queries) against the counters' deltas.
     after = wait_until_scraped(prom, engines)
+    # Prefill throughput over the test window against the engines' histogram deltas (rate()
+    # extrapolates each series to the window edges, so only approximately their ratio).
+    throughput = throughput_at(prom, time.time())
+    for pod, engine in engines.items():
+        text = engine.metrics_text()
+        tokens = sum_metric(text, PREFILL_TOKENS) - prefill_before[pod][PREFILL_TOKENS]
+        seconds = sum_metric(text, PREFILL_SECONDS) - prefill_before[pod][PREFILL_SECONDS]
+        print(f"{pod}: {tokens:g} prefill tokens in {seconds:.3f} s, {throughput.get(pod)}")
+        assert seconds > 0, "no request finished its prefill on this engine"
+        assert throughput[pod] == pytest.approx(tokens / seconds, rel=0.2)
     delta = {m: after[m] - before[m] for m in COUNTERS}
     expected = delta[promql.VLLM_PREFIX_CACHE_HITS] / delta[promql.VLLM_PREFIX_CACHE_QUERIES]
     print(f"hit rate {expected:.4f} from {delta}")

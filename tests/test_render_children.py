@@ -11,7 +11,7 @@ import pytest
 
 from api_support import KUBE_VERSIONS, assert_all_valid
 from prefixserving import constants
-from prefixserving.api import names
+from prefixserving.api import defaults, names
 from prefixserving.api.validation import parse_resource, parse_scaling_policy
 from prefixserving.autoscaling import promql
 from prefixserving.render import CHILDREN, render_children
@@ -405,7 +405,13 @@ def test_keda_scaled_object_runs_the_promql_queries() -> None:
     assert kv["metricType"] == "Value" and kv["metadata"]["threshold"] == "0.75"
     assert queue["metadata"]["query"] == promql.queue_depth_total("llm", "mistral-support")
     assert queue["metricType"] == "AverageValue" and queue["metadata"]["threshold"] == "4"
-    assert kv["metadata"]["ignoreNullValues"] == queue["metadata"]["ignoreNullValues"] == "false"
+    backlog = triggers["backlog-seconds"]
+    assumed = defaults.PREFILL_TOKENS_PER_S
+    assert backlog["metadata"]["query"] == promql.backlog_seconds_total(
+        "llm", "mistral-support", assumed
+    )
+    assert backlog["metricType"] == "AverageValue" and backlog["metadata"]["threshold"] == "3"
+    assert {t["metadata"]["ignoreNullValues"] for t in triggers.values()} == {"false"}
     behavior = scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 600
     assert "replicas" not in find(objects, "Deployment", "engine")["spec"]
@@ -419,6 +425,7 @@ def test_hpa_merges_spec_over_policy_over_defaults() -> None:
     assert metrics == {
         promql.ADAPTER_METRIC_KV_CACHE_USAGE: {"type": "AverageValue", "averageValue": "800m"},
         promql.ADAPTER_METRIC_REQUESTS_WAITING: {"type": "AverageValue", "averageValue": "5"},
+        promql.ADAPTER_METRIC_BACKLOG_SECONDS: {"type": "AverageValue", "averageValue": "2"},
     }
     assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 900  # policy
     assert hpa["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 0  # default

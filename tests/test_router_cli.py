@@ -90,7 +90,7 @@ def test_router_process_serves_health_and_readiness() -> None:
         # The only backend refuses connections: the scrape loop ejects it, and only then is
         # the router not ready (no healthy backend).
         ready = wait_for_answer(process, f"{base}/readyz", 503)
-        assert ready.json() == {"healthy_backends": 0, "backends": 1}
+        assert ready.json() == {"healthy_backends": 0, "backends": 1, "held": 0}
     finally:
         process.terminate()
         output = process.communicate(timeout=10)[0].decode()

@@ -87,6 +87,7 @@ ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"
 ROUTER_HYGIENE_PATH: Final = "/v1/prefixserving/hygiene"
 METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO: Final = "prefixserving_router_new_first_block_ratio"
 METRIC_ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
+METRIC_ROUTER_HELD_REQUESTS: Final = "prefixserving_router_held_requests"
 
 # Warm-up sidecar: the Event reason it emits on timeout, the Downward API environment the
 # engine pod template sets for it, the path of the prompts file it reads, and the metrics it

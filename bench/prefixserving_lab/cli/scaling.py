@@ -1,4 +1,4 @@
-"""``prefixserving bench scaling``: the HPA on KV-cache, queue and both signals, with new
+"""``prefixserving bench scaling``: the HPA on KV-cache, queue and backlog signals, with new
 replicas cold or warmed, in the cluster simulator (see :mod:`prefixserving_lab.runners.scaling`)."""
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def scaling(
     hot_prefixes: int,
     out_dir: Path,
 ) -> None:
-    """Run the HPA on KV usage, queue depth and both, cold vs warmed new replicas.
+    """Run the HPA on KV usage, queue depth, backlog seconds and their combinations, cold vs
+    warmed new replicas.
 
     Writes OUT_DIR/scaling.json and OUT_DIR/scaling.md. Example:
     prefixserving bench scaling --burst 480:840 --burst-scale 6 --out-dir bench/results

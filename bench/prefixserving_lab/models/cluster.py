@@ -74,6 +74,7 @@ class ReplicaSample:
     input_tokens: int
     hit_tokens: int
     prefill_busy_s: float
+    uncached_waiting_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +393,7 @@ class ClusterSim:
                 r.stats.input_tokens,
                 r.stats.hit_tokens,
                 r.stats.prefill_busy_s,
+                r.uncached_waiting_tokens(),
             )
             for n, r in sorted(self.replicas.items())
         )

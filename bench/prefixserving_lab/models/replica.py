@@ -186,6 +186,23 @@ class Replica:
         hits = self.cache.hit_blocks(job.blocks)
         return min(hits * self.model.block_tokens, job.input_tokens)
 
+    def uncached_waiting_tokens(self) -> int:
+        """Prompt tokens the queued requests still need computed, the way PEEK exports them:
+        the leading cached blocks of each request are free, and a block shared by several
+        queued requests is counted once (its first request computes it). Cost: O(blocks of
+        the queued requests)."""
+        seen: set[int] = set()
+        total = 0
+        size = self.model.block_tokens
+        for job in self.queue:
+            cached = self.cache.hit_blocks(job.blocks)
+            new = [b for b in job.blocks[cached:] if b not in seen]
+            seen.update(new)
+            # Tokens past the last full block are always computed.
+            tail = max(job.input_tokens - len(job.blocks) * size, 0)
+            total += min(len(new) * size + tail, job.input_tokens)
+        return total
+
     def try_start(self) -> tuple[Job, float] | None:
         """Start the head's prefill if it can run now; returns it and its prefill time."""
         if self.prefilling or not self.queue or self.running >= self.model.max_running:

@@ -4,10 +4,14 @@
 fleet of simulated engines (:mod:`prefixserving_lab.models.fleet`). Every ``sync_s`` (15 s,
 the HPA controller's sync period) the HPA of :mod:`prefixserving.autoscaling.hpa` reads, per
 engine pod that exports metrics, ``vllm:kv_cache_usage_perc`` (the replica's pinned share of
-its KV blocks) and ``vllm:num_requests_waiting`` (its queue); pods still loading have no
-metrics. It runs with the project's default targets and behaviour (what ``prefixserving
-render`` puts into the HPA/ScaledObject), on the signal set under test: ``kv`` (KV usage
-only), ``queue`` (queue only) or ``both`` (the larger proposal). Scrape and Prometheus rate
+its KV blocks), ``vllm:num_requests_waiting`` (its queue) and backlog seconds (its queued
+uncached prompt tokens, each shared block once, times the model's prefill seconds per token:
+the throughput the real query measures); pods still loading have no metrics. It runs with
+the project's default targets and behaviour (what ``prefixserving render`` puts into the
+HPA/ScaledObject), on the signal set under test: ``kv`` (KV usage only), ``queue`` (queue
+only), ``both`` (KV and queue, the larger proposal), ``backlog`` (backlog seconds only) or
+``all`` (the three, the project's default). The simulated engines hold no siblings, so their
+queue is what the honest queue depth counts. Scrape and Prometheus rate
 windows are not modelled: the HPA sees the values at the sync instant.
 
 :class:`HpaLoop` is that controller, called on every tick of the simulation; it records every
@@ -30,8 +34,10 @@ SIGNAL_SETS: dict[str, tuple[str, ...]] = {
     "kv": ("kvCacheUsage",),
     "queue": ("queueDepth",),
     "both": ("kvCacheUsage", "queueDepth"),
+    "backlog": ("backlogSeconds",),
+    "all": ("kvCacheUsage", "queueDepth", "backlogSeconds"),
 }
-_METRICS = {"kvCacheUsage": "kv", "queueDepth": "queue"}
+_METRICS = {"kvCacheUsage": "kv", "queueDepth": "queue", "backlogSeconds": "backlog"}
 
 # A replica with a small KV cache for its concurrency, so KV usage is a live signal:
 # 640 blocks of 128 tokens (82k tokens), 64 sequences, about 15k prefill tokens/s.
@@ -102,7 +108,12 @@ class HpaLoop:
         if tick.time_s < self.next_sync_s:
             return
         self.next_sync_s += self.sync_s
-        metrics = {"kv": [s.kv_usage for s in live], "queue": [float(s.waiting) for s in live]}
+        seconds_per_token = self.fleet.service.prefill_s_per_token
+        metrics = {
+            "kv": [s.kv_usage for s in live],
+            "queue": [float(s.waiting) for s in live],
+            "backlog": [s.uncached_waiting_tokens * seconds_per_token for s in live],
+        }
         current = self.fleet.size
         desired = self.hpa.sync(tick.time_s, current, metrics, self.fleet.loading())
         self.syncs.append(SyncRecord(tick.time_s, current, desired, ready))

@@ -1,5 +1,5 @@
 """Autoscaling runs in the cluster simulator: the HPA (:mod:`prefixserving_lab.models.scaling`)
-on KV-cache and queue signals, with new replicas that join cold or warmed.
+on KV-cache, queue and backlog signals, with new replicas that join cold or warmed.
 
 The bursty conversation workload of :mod:`prefixserving_lab.workloads.conversations` goes
 through the setup's router policy to the fleet; :func:`compare` runs every signal set cold and

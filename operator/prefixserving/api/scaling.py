@@ -44,13 +44,24 @@ class EffectiveAutoscaling:
     max_replicas: int
     target_kv_cache_usage: float
     target_queue_depth: float
+    target_backlog_seconds: float
     signals: tuple[str, ...]
+    prefill_tokens_per_s: float
     prometheus_url: str
     polling_interval_s: int
     cooldown_period_s: int
     scale_up: ScalingBehavior
     scale_down: ScalingBehavior
     policy_name: str | None
+
+    def targets(self) -> dict[str, float]:
+        """Target of each enabled signal, by its spec name (``kvCacheUsage``, ...)."""
+        every = {
+            "kvCacheUsage": self.target_kv_cache_usage,
+            "queueDepth": self.target_queue_depth,
+            "backlogSeconds": self.target_backlog_seconds,
+        }
+        return {signal: every[signal] for signal in self.signals}
 
 
 SCALE_UP: Final = ScalingBehavior(
@@ -110,7 +121,11 @@ def effective_autoscaling(
         max_replicas=_pick(layers, "max_replicas", defaults.MAX_REPLICAS),
         target_kv_cache_usage=_pick(targets, "kv_cache_usage", defaults.TARGET_KV_CACHE_USAGE),
         target_queue_depth=_pick(targets, "queue_depth", defaults.TARGET_QUEUE_DEPTH),
+        target_backlog_seconds=_pick(targets, "backlog_seconds", defaults.TARGET_BACKLOG_SECONDS),
         signals=tuple(_pick(layers, "signals", defaults.SIGNALS)),
+        prefill_tokens_per_s=_pick(
+            layers, "prefill_tokens_per_second", defaults.PREFILL_TOKENS_PER_S
+        ),
         prometheus_url=_pick(layers, "prometheus_url", defaults.PROMETHEUS_URL),
         polling_interval_s=_pick(layers, "polling_interval_seconds", defaults.POLLING_INTERVAL_S),
         cooldown_period_s=_pick(layers, "cooldown_period_seconds", defaults.COOLDOWN_PERIOD_S),

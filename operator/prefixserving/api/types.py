@@ -413,6 +413,16 @@ class RouterSpec(ApiModel):
     resources: RouterResources = Field(
         default_factory=RouterResources, description="CPU and memory of a router pod."
     )
+    no_engine_hold_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds a request waits for a Ready engine while there is none, then 503 with"
+            " Retry-After (default: "
+            f"{defaults.ROUTER_NO_ENGINE_HOLD_S} with autoscaling.minReplicas 0, else 0)."
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------- autoscaling
@@ -434,7 +444,18 @@ class ScalingTargets(ApiModel):
         gt=0.0,
         le=10_000.0,
         description=with_default(
-            "vllm:num_requests_waiting per replica", defaults.TARGET_QUEUE_DEPTH
+            "Requests waiting per replica, PEEK's held siblings not counted",
+            defaults.TARGET_QUEUE_DEPTH,
+        ),
+    )
+    backlog_seconds: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3600.0,
+        description=with_default(
+            "Seconds of uncached prompt tokens waiting per replica, at its measured prefill"
+            " throughput",
+            defaults.TARGET_BACKLOG_SECONDS,
         ),
     )
 
@@ -481,9 +502,13 @@ class ScalingParameters(ApiModel):
     )
     min_replicas: int | None = Field(
         default=None,
-        ge=1,
+        ge=0,
         le=1000,
-        description=with_default("Fewest engine replicas", defaults.MIN_REPLICAS),
+        description=with_default(
+            "Fewest engine replicas (0: scale to zero, KEDA backend; the router holds requests"
+            " while the first engine starts)",
+            defaults.MIN_REPLICAS,
+        ),
     )
     max_replicas: int | None = Field(
         default=None,
@@ -492,11 +517,22 @@ class ScalingParameters(ApiModel):
         description=with_default("Most engine replicas", defaults.MAX_REPLICAS),
     )
     targets: ScalingTargets | None = Field(default=None, description="Scaling targets.")
-    signals: list[Literal["kvCacheUsage", "queueDepth"]] | None = Field(
+    signals: list[Literal["kvCacheUsage", "queueDepth", "backlogSeconds"]] | None = Field(
         default=None,
         min_length=1,
-        max_length=2,
+        max_length=3,
         description=with_default("Signals that drive scaling", defaults.SIGNALS),
+    )
+    prefill_tokens_per_second: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=10_000_000.0,
+        description=with_default(
+            "Prefill throughput backlogSeconds assumes for a replica that prefilled nothing in"
+            " the last 10 minutes (KEDA backend; the HPA backend's adapter rules use the"
+            " default)",
+            defaults.PREFILL_TOKENS_PER_S,
+        ),
     )
     behavior: ScalingBehaviorSpec | None = Field(
         default=None, description="Scale-up and scale-down rate limits."

@@ -124,6 +124,12 @@ def _min_le_max(p: t.ScalingParameters) -> str | None:
     return None
 
 
+def _zero_needs_keda(p: t.ScalingParameters) -> str | None:
+    if p.min_replicas == 0 and p.backend == "hpa":
+        return "minReplicas 0 needs backend keda (an HPA cannot scale to zero)"
+    return None
+
+
 def _owned_args(engine: t.EngineSpec) -> str | None:
     owned = [arg for arg in engine.extra_args if _OWNED.match(arg)]
     if owned:
@@ -275,6 +281,17 @@ RULES: tuple[Rule, ...] = (
         cel=(
             "!has(self.minReplicas) || !has(self.maxReplicas)"
             " || self.minReplicas <= self.maxReplicas"
+        ),
+    ),
+    Rule(
+        model=t.ScalingParameters,
+        field="minReplicas",
+        message="minReplicas 0 needs backend keda (an HPA cannot scale to zero)",
+        hint="set backend: keda, or minReplicas: 1",
+        check=_zero_needs_keda,
+        cel=(
+            "!has(self.minReplicas) || !has(self.backend)"
+            " || self.minReplicas > 0 || self.backend != 'hpa'"
         ),
     ),
     Rule(

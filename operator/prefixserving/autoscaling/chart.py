@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import yaml
 
+from prefixserving.api import defaults
 from prefixserving.autoscaling import alerts, dashboard, promql
 
 ALERTS_FILE: Final = "files/prefixserving-alerts.yaml"
@@ -57,7 +58,7 @@ def chart_files() -> dict[str, str]:
     """Relative path in the chart -> file text."""
     return {
         ALERTS_FILE: _yaml({"groups": alerts.fleet_groups()}),
-        ADAPTER_FILE: _yaml({"rules": promql.adapter_rules()}),
+        ADAPTER_FILE: _yaml({"rules": promql.adapter_rules(defaults.PREFILL_TOKENS_PER_S)}),
         DASHBOARD_FILE: json.dumps(dashboard.dashboard(), indent=2) + "\n",
     }
 

@@ -260,10 +260,10 @@ def rules_from_spec(rules: ScalingBehavior, select_policy: SelectPolicy) -> Rule
 def hpa_from_autoscaling(auto: EffectiveAutoscaling, metric_names: Mapping[str, str]) -> HpaSpec:
     """The HPA the operator renders for ``auto``: scale up by the larger allowed step (Max),
     down by the smaller (Min). ``metric_names`` maps signal (``kvCacheUsage``,
-    ``queueDepth``) to the metric name the caller feeds to :meth:`Autoscaler.sync`."""
-    targets = {"kvCacheUsage": auto.target_kv_cache_usage, "queueDepth": auto.target_queue_depth}
+    ``queueDepth``, ``backlogSeconds``) to the metric name the caller feeds to
+    :meth:`Autoscaler.sync`."""
     return HpaSpec(
-        targets={metric_names[s]: targets[s] for s in auto.signals},
+        targets={metric_names[s]: target for s, target in auto.targets().items()},
         min_replicas=auto.min_replicas,
         max_replicas=auto.max_replicas,
         behavior=Behavior(

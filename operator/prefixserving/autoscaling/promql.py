@@ -21,8 +21,30 @@ Signals
 -------
 - KV cache usage: ``vllm:kv_cache_usage_perc`` (0..1), averaged across the engine pods.
   KEDA uses it with ``metricType: Value`` (the HPA scales by ``current / target``).
-- Queue depth: ``vllm:num_requests_waiting`` summed across pods; KEDA uses it with
+- Queue depth, honest: per pod ``vllm:num_requests_waiting`` less
+  ``prefixserving:peek_held_siblings`` (PEEK keeps a held sibling in vLLM's waiting queue, but
+  it costs no prefill of its own: its pioneer computes the shared blocks), floored at 0 (the two
+  gauges are sampled at slightly different moments); a pod without PEEK's series (stock
+  scheduler) counts its waiting requests as they are. Summed across pods; KEDA uses it with
   ``metricType: AverageValue`` so the target is requests waiting *per replica*.
+- Backlog seconds: per pod, the prompt tokens the waiting requests still need computed over
+  the pod's measured prefill throughput, summed across pods (``AverageValue``: seconds of
+  prefill work queued per replica). Tokens: PEEK's ``prefixserving:peek_uncached_waiting_tokens``
+  (each shared block once, less what running pioneers compute). A stock engine has no such
+  gauge; its tokens are approximated as waiting requests times the mean uncached prompt tokens
+  of the requests it finished in :data:`PREFILL_WINDOW`
+  (``vllm:request_prefill_kv_computed_tokens``, which excludes cache hits), and read 0 when it
+  finished none. Throughput: vLLM's own
+  histograms, ``rate(vllm:request_prefill_kv_computed_tokens_sum) /
+  rate(vllm:request_prefill_time_seconds_sum)`` over the same window, i.e. uncached tokens per
+  second of request prefill time. Requests prefilled in the same steps share that time, so the
+  figure is a lower bound of the engine's throughput and backlog seconds err on the side of
+  scaling out. A pod that prefilled nothing in the window (new, or idle) is assumed to do
+  ``prefillTokensPerSecond`` (spec).
+- KV cache usage counts only blocks held by requests: vLLM's ``BlockPool.get_usage()``
+  (``vllm/v1/core/block_pool.py``, 0.32 and 0.33) is ``1 - free / (total - 1)``, and
+  ``free_blocks()`` puts a block whose last request released it (``ref_cnt == 0``) back on the
+  free queue even when it keeps its hash: a cached block that no request uses is free.
 - Prefix-cache hit rate: ``rate(hits) / rate(queries)`` over a window (tokens, 5m default).
 
 prometheus-adapter (HPA backend) exposes the per-pod series as custom metrics under the names
@@ -39,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from prefixserving import constants
-from prefixserving.peek.metrics import PEEK_INFO
+from prefixserving.peek.metrics import PEEK_HELD_SIBLINGS, PEEK_INFO, PEEK_UNCACHED_WAITING_TOKENS
 
 # vLLM series (same names in vLLM 0.32 and 0.33).
 VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
@@ -49,6 +71,9 @@ VLLM_PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
 VLLM_PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
 VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
 VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
+# Per-request histograms observed when a request finishes (``_sum`` and ``_count`` used).
+VLLM_PREFILL_COMPUTED_TOKENS: Final = "vllm:request_prefill_kv_computed_tokens"
+VLLM_PREFILL_TIME: Final = "vllm:request_prefill_time_seconds"
 # Exported by every Python process through prometheus_client (vLLM's API server included).
 PROCESS_START_TIME: Final = "process_start_time_seconds"
 # Router and warm-up series (prefixserving.router.exposition, prefixserving.warmup.state).
@@ -56,6 +81,7 @@ ROUTER_DECISIONS: Final = "prefixserving_router_decisions_total"
 ROUTER_REQUESTS: Final = "prefixserving_router_requests_total"
 ROUTER_NEW_FIRST_BLOCK_RATIO: Final = constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RATIO
 ROUTER_HYGIENE_CAUSE: Final = constants.METRIC_ROUTER_HYGIENE_CAUSE
+ROUTER_HELD_REQUESTS: Final = constants.METRIC_ROUTER_HELD_REQUESTS
 WARMUP_TIMEOUTS: Final = constants.METRIC_WARMUP_TIMEOUTS
 # kube-state-metrics series of an HPA (KEDA's HPA too); used when max replicas is unknown.
 KSM_HPA_CURRENT: Final = "kube_horizontalpodautoscaler_status_current_replicas"
@@ -64,9 +90,12 @@ KSM_HPA_MAX: Final = "kube_horizontalpodautoscaler_spec_max_replicas"
 # Custom-metric names that prometheus-adapter serves (custom.metrics.k8s.io) for the HPA backend.
 ADAPTER_METRIC_KV_CACHE_USAGE: Final = "vllm_kv_cache_usage_perc"
 ADAPTER_METRIC_REQUESTS_WAITING: Final = "vllm_num_requests_waiting"
+ADAPTER_METRIC_BACKLOG_SECONDS: Final = "prefixserving_backlog_seconds"
 
 # Default window of the hit-rate query.
 HIT_RATE_WINDOW: Final = "5m"
+# Window of the measured prefill throughput and of a stock engine's tokens per request.
+PREFILL_WINDOW: Final = "10m"
 # Label that aggregated queries carry the PrefixServing's name in.
 RESOURCE_LABEL: Final = "prefixserving"
 BY_RESOURCE: Final = f"namespace, {RESOURCE_LABEL}"
@@ -138,14 +167,87 @@ def kv_cache_usage(namespace: str, name: str) -> str:
     return f"avg({VLLM_KV_CACHE_USAGE}{engine_selector(namespace, name)})"
 
 
+def _by_pod(expr: str, by: str) -> str:
+    return f"sum by ({by}) ({expr})"
+
+
+def honest_waiting_by_pod(matchers: str, by: str = "namespace, pod") -> str:
+    """Waiting requests per engine pod, PEEK's held siblings not counted (floored at 0).
+
+    ``matchers`` select the pods (no braces); ``by`` names the labels one pod has (the
+    prometheus-adapter passes its own grouping). Pods without PEEK's gauge count all waiting.
+    """
+    waiting = _by_pod(series(VLLM_REQUESTS_WAITING, matchers), by)
+    held = _by_pod(series(PEEK_HELD_SIBLINGS, matchers), by)
+    return f"(clamp_min({waiting} - on ({by}) {held}, 0) or on ({by}) {waiting})"
+
+
+def prefill_throughput_by_pod(matchers: str, by: str = "namespace, pod") -> str:
+    """Measured prefill throughput per engine pod (uncached tokens per second of prefill)
+    over :data:`PREFILL_WINDOW`; pods that finished no prefill in the window have no value."""
+    tokens = _by_pod(
+        f"rate({series(VLLM_PREFILL_COMPUTED_TOKENS + '_sum', matchers)}[{PREFILL_WINDOW}])", by
+    )
+    seconds = _by_pod(f"rate({series(VLLM_PREFILL_TIME + '_sum', matchers)}[{PREFILL_WINDOW}])", by)
+    return f"({tokens} / on ({by}) {seconds} > 0)"
+
+
+def uncached_waiting_tokens_by_pod(matchers: str, by: str = "namespace, pod") -> str:
+    """Prompt tokens the waiting requests of each engine pod still need computed.
+
+    PEEK's gauge where the pod exports it; otherwise (stock scheduler) waiting requests times
+    the mean uncached prompt tokens of the requests finished in :data:`PREFILL_WINDOW`; 0 for a
+    stock pod that finished none.
+    """
+    peek = _by_pod(series(PEEK_UNCACHED_WAITING_TOKENS, matchers), by)
+    waiting = _by_pod(series(VLLM_REQUESTS_WAITING, matchers), by)
+    computed = series(VLLM_PREFILL_COMPUTED_TOKENS + "_sum", matchers)
+    finished = series(VLLM_PREFILL_COMPUTED_TOKENS + "_count", matchers)
+    per_request = (
+        f"({_by_pod(f'rate({computed}[{PREFILL_WINDOW}])', by)}"
+        f" / on ({by}) {_by_pod(f'rate({finished}[{PREFILL_WINDOW}])', by)} >= 0)"
+    )
+    return f"({peek} or on ({by}) {waiting} * on ({by}) {per_request} or on ({by}) 0 * {waiting})"
+
+
+def backlog_seconds_by_pod(
+    matchers: str, assumed_tokens_per_s: float, by: str = "namespace, pod"
+) -> str:
+    """Seconds of prefill work queued on each engine pod: uncached waiting tokens over the
+    pod's measured prefill throughput, or over ``assumed_tokens_per_s`` where it has none."""
+    tokens = uncached_waiting_tokens_by_pod(matchers, by)
+    throughput = prefill_throughput_by_pod(matchers, by)
+    return f"({tokens} / on ({by}) {throughput} or on ({by}) {tokens} / {assumed_tokens_per_s:g})"
+
+
+def held_requests_total(namespace: str, name: str) -> str:
+    """Requests the resource's routers hold while no engine is Ready (scale from zero: KEDA
+    activates the Deployment when this is above 0)."""
+    return f"sum({ROUTER_HELD_REQUESTS}{router_selector(namespace, name)})"
+
+
 def queue_depth_total(namespace: str, name: str) -> str:
-    """Requests waiting across all engine pods (KEDA divides by replicas: AverageValue)."""
-    return f"sum({VLLM_REQUESTS_WAITING}{engine_selector(namespace, name)})"
+    """Requests waiting across all engine pods, held siblings not counted (KEDA divides by
+    replicas: AverageValue)."""
+    return f"sum({honest_waiting_by_pod(engine_matchers(namespace, name))})"
 
 
 def queue_depth_per_replica(namespace: str, name: str) -> str:
-    """Requests waiting per engine pod, averaged across pods (what the status reports)."""
-    return f"avg({VLLM_REQUESTS_WAITING}{engine_selector(namespace, name)})"
+    """Requests waiting per engine pod, held siblings not counted, averaged across pods (what
+    the status reports)."""
+    return f"avg({honest_waiting_by_pod(engine_matchers(namespace, name))})"
+
+
+def backlog_seconds_total(namespace: str, name: str, assumed_tokens_per_s: float) -> str:
+    """Backlog seconds summed across the engine pods (KEDA divides by replicas: AverageValue)."""
+    matchers = engine_matchers(namespace, name)
+    return f"sum({backlog_seconds_by_pod(matchers, assumed_tokens_per_s)})"
+
+
+def backlog_seconds_per_replica(namespace: str, name: str, assumed_tokens_per_s: float) -> str:
+    """Backlog seconds per engine pod, averaged across pods (what the status reports)."""
+    matchers = engine_matchers(namespace, name)
+    return f"avg({backlog_seconds_by_pod(matchers, assumed_tokens_per_s)})"
 
 
 def prefix_cache_hit_rate(namespace: str, name: str, window: str = HIT_RATE_WINDOW) -> str:
@@ -167,33 +269,45 @@ def new_first_block_ratio(namespace: str, name: str) -> str:
     return f"avg by (model) ({ROUTER_NEW_FIRST_BLOCK_RATIO}{router_selector(namespace, name)})"
 
 
-def adapter_rules() -> list[dict[str, Any]]:
+def adapter_rules(assumed_tokens_per_s: float) -> list[dict[str, Any]]:
     """prometheus-adapter rules serving the per-pod custom metrics the HPA backend asks for.
 
     Each rule discovers the engine series (``seriesQuery``), maps the ``namespace`` and
-    ``pod`` labels to Kubernetes objects, renames ``vllm:<x>`` to ``vllm_<x>`` (custom metric
-    names cannot hold a colon) and computes one value per pod: the mean KV cache usage of the
-    pod's engines, and the sum of their waiting requests. prometheus-adapter fills in
-    ``<<.Series>>``, ``<<.LabelMatchers>>`` (``namespace="ns",pod=~"a|b"``) and
+    ``pod`` labels to Kubernetes objects, names the custom metric (custom metric names cannot
+    hold a colon) and computes one value per pod with the same per-pod expressions the KEDA
+    triggers sum: the mean KV cache usage, the honest waiting requests and the backlog seconds
+    (``assumed_tokens_per_s`` for pods without a measured throughput). prometheus-adapter fills
+    in ``<<.Series>>``, ``<<.LabelMatchers>>`` (``namespace="ns",pod=~"a|b"``) and
     ``<<.GroupBy>>`` (``pod``).
     """
     resources = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
-    rules = []
-    for metric, adapter_name, aggregation in (
-        (VLLM_KV_CACHE_USAGE, ADAPTER_METRIC_KV_CACHE_USAGE, "avg"),
-        (VLLM_REQUESTS_WAITING, ADAPTER_METRIC_REQUESTS_WAITING, "sum"),
-    ):
-        rules.append(
-            {
-                "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
-                "resources": resources,
-                "name": {"matches": f"^{metric}$", "as": adapter_name},
-                "metricsQuery": (
-                    f"{aggregation} by (<<.GroupBy>>) (<<.Series>>{{<<.LabelMatchers>>}})"
-                ),
-            }
-        )
-    return rules
+    matchers, by = "<<.LabelMatchers>>", "<<.GroupBy>>"
+    queries = (
+        (
+            VLLM_KV_CACHE_USAGE,
+            ADAPTER_METRIC_KV_CACHE_USAGE,
+            f"avg by ({by}) (<<.Series>>{{{matchers}}})",
+        ),
+        (
+            VLLM_REQUESTS_WAITING,
+            ADAPTER_METRIC_REQUESTS_WAITING,
+            honest_waiting_by_pod(matchers, by),
+        ),
+        (
+            VLLM_REQUESTS_RUNNING,
+            ADAPTER_METRIC_BACKLOG_SECONDS,
+            backlog_seconds_by_pod(matchers, assumed_tokens_per_s, by),
+        ),
+    )
+    return [
+        {
+            "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
+            "resources": resources,
+            "name": {"matches": f"^{metric}$", "as": adapter_name},
+            "metricsQuery": query,
+        }
+        for metric, adapter_name, query in queries
+    ]
 
 
 # ----------------------------------------------------------------------------------- alerts

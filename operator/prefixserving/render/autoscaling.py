@@ -31,25 +31,45 @@ def autoscaling_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> 
         "scaleUp": _behavior(auto.scale_up, "Max"),
         "scaleDown": _behavior(auto.scale_down, "Min"),
     }
-    signals = []
-    if "kvCacheUsage" in auto.signals:
+    matchers = (namespace, name)
+    # signal -> KEDA trigger name, PromQL, KEDA metric type, prometheus-adapter metric.
+    every = {
+        "kvCacheUsage": (
+            "kv-cache-usage",
+            promql.kv_cache_usage(*matchers),
+            "Value",
+            promql.ADAPTER_METRIC_KV_CACHE_USAGE,
+        ),
+        "queueDepth": (
+            "queue-depth",
+            promql.queue_depth_total(*matchers),
+            "AverageValue",
+            promql.ADAPTER_METRIC_REQUESTS_WAITING,
+        ),
+        "backlogSeconds": (
+            "backlog-seconds",
+            promql.backlog_seconds_total(*matchers, auto.prefill_tokens_per_s),
+            "AverageValue",
+            promql.ADAPTER_METRIC_BACKLOG_SECONDS,
+        ),
+    }
+    signals = [
+        dict(zip(("trigger", "query", "metric_type", "adapter_metric"), every[s], strict=True))
+        | {"target": target, "activation_threshold": None}
+        for s, target in auto.targets().items()
+    ]
+    if auto.min_replicas == 0:
+        # Scale from zero: no engine series exist at 0 replicas; the routers' held requests
+        # wake the Deployment (KEDA activates above the activation threshold), and afterwards
+        # ask for one replica per held request while none is Ready.
         signals.append(
             {
-                "trigger": "kv-cache-usage",
-                "query": promql.kv_cache_usage(namespace, name),
-                "metric_type": "Value",
-                "adapter_metric": promql.ADAPTER_METRIC_KV_CACHE_USAGE,
-                "target": auto.target_kv_cache_usage,
-            }
-        )
-    if "queueDepth" in auto.signals:
-        signals.append(
-            {
-                "trigger": "queue-depth",
-                "query": promql.queue_depth_total(namespace, name),
+                "trigger": "held-requests",
+                "query": promql.held_requests_total(*matchers),
                 "metric_type": "AverageValue",
-                "adapter_metric": promql.ADAPTER_METRIC_REQUESTS_WAITING,
-                "target": auto.target_queue_depth,
+                "adapter_metric": None,
+                "target": 1,
+                "activation_threshold": "0",
             }
         )
     for signal in signals:
@@ -57,6 +77,8 @@ def autoscaling_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> 
         signal["average_value"] = quantity(signal["target"])
     return {
         "min_replicas": auto.min_replicas,
+        # An HPA cannot scale to zero (validation keeps minReplicas 0 to the KEDA backend).
+        "hpa_min_replicas": max(auto.min_replicas, 1),
         "max_replicas": auto.max_replicas,
         "prometheus_url": auto.prometheus_url,
         "polling_interval_s": auto.polling_interval_s,

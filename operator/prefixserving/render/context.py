@@ -51,7 +51,7 @@ def build_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[s
         },
         "engine": engine_context(spec, auto),
         "warmup": warmup_context(resource),
-        "router": router_context(resource),
+        "router": router_context(resource, auto),
         "nonroot_uid": constants.IMAGE_UID,
         "image_pull_secrets": [ref.model_dump() for ref in spec.image_pull_secrets],
         "autoscaling": autoscaling_context(resource, auto),

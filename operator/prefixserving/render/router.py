@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from prefixserving import constants
-from prefixserving.api import names
-from prefixserving.api.types import PrefixServing
+from prefixserving.api import defaults, names
+from prefixserving.api.scaling import EffectiveAutoscaling
+from prefixserving.api.types import PrefixServing, RouterSpec
 from prefixserving.render.formats import number
 
 PICKER_MODE = "endpointPicker"
@@ -22,7 +23,16 @@ PICKER_MODE = "endpointPicker"
 PICKER_PORT_NAME = "grpc-ext-proc"
 
 
-def router_context(resource: PrefixServing) -> dict[str, Any]:
+def no_engine_hold_s(router: RouterSpec, auto: EffectiveAutoscaling) -> int:
+    """How long the router holds a request while no engine is Ready: the spec's value, else
+    the default when the autoscaler may scale the engines to zero, else 0 (503 at once)."""
+    if router.no_engine_hold_seconds is not None:
+        return router.no_engine_hold_seconds
+    scales_to_zero = auto.enabled and auto.min_replicas == 0
+    return defaults.ROUTER_NO_ENGINE_HOLD_S if scales_to_zero else 0
+
+
+def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[str, Any]:
     """Values of the router Deployment and Service (both modes) and of the InferencePool."""
     spec, name, namespace = resource.spec, resource.metadata.name, resource.metadata.namespace
     router = spec.router
@@ -43,6 +53,9 @@ def router_context(resource: PrefixServing) -> dict[str, Any]:
         "--model",
         spec.model.served_name,
     ]
+    hold_s = no_engine_hold_s(router, auto)
+    if hold_s:
+        args += ["--no-engine-hold-seconds", str(hold_s)]
     ports = [{"name": "http", "port": constants.ROUTER_PORT}]
     if router.mode == PICKER_MODE:
         args += ["--mode", "endpoint-picker", "--grpc-port", str(constants.PICKER_GRPC_PORT)]

@@ -9,10 +9,12 @@ Routes (exact paths, one dict lookup; ``GET`` routes also answer ``HEAD``):
   (``router.proxy``). Answers ``400`` for a body that is not a UTF-8 JSON object, a missing
   ``model``, a bad prompt or messages (each names the field), ``413`` for a body over the
   limit, ``408`` for a body too slow to arrive, ``503`` with ``Retry-After`` when no backend
-  is available, all with OpenAI-style error bodies.
+  is available (after holding the request up to ``no_engine_hold_s`` for one to become Ready,
+  ``router.hold``), all with OpenAI-style error bodies.
 - ``GET /v1/models``: forwarded to a healthy backend (rotating; the next ones are the
   fallbacks), with the same retry.
-- ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic.
+- ``GET /healthz``: the process is up. ``GET /readyz``: at least one backend takes traffic,
+  or the router holds requests while none does (``no_engine_hold_s`` above 0).
 - ``GET /metrics``: Prometheus exposition (``router.exposition``).
 - ``GET /v1/prefixserving/hot-prefixes``: see ``router.hot``.
 - ``GET /v1/prefixserving/hygiene``: per-model new-first-block ratio, cause and hint.
@@ -46,6 +48,7 @@ from prefixserving.router import prefix_hashing
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.errors import error_response
 from prefixserving.router.exposition import RouterMetrics
+from prefixserving.router.hold import ReadyHold
 from prefixserving.router.hot import DEFAULT_LIMIT, MAX_LIMIT, HotPrefixes
 from prefixserving.router.hygiene import PrefixHygiene
 from prefixserving.router.policies.base import Decision, RoutingContext, RoutingPolicy, route
@@ -77,6 +80,8 @@ class RouterConfig:
     to start, which covers queueing plus prefill of a non-streamed answer, and the longest
     silence of a streamed one, see ``router.proxy``) bound upstream calls.
     ``max_idle_connections``: idle upstream connections kept per backend (256).
+    ``no_engine_hold_s``: how long a request waits for a Ready engine when there is none
+    (``router.hold``; 0: answer 503 at once).
     """
 
     max_body_bytes: int = 16 * 1024 * 1024
@@ -85,6 +90,7 @@ class RouterConfig:
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0
     max_idle_connections: int = 256
+    no_engine_hold_s: float = 0.0
 
 
 class _BadBody(Exception):
@@ -130,7 +136,9 @@ class Router:
         self.config = config or RouterConfig()
         self.hygiene = hygiene or PrefixHygiene()
         self.hot = hot or HotPrefixes(self.key_config)
-        self.metrics = RouterMetrics(pool, self.hygiene)
+        self.hold = ReadyHold(pool.healthy, self.config.no_engine_hold_s)
+        pool.on_healthy_change = self.hold.healthy_changed
+        self.metrics = RouterMetrics(pool, self.hygiene, self.hold)
         pool.on_eject = lambda url: self.metrics.ejections.inc(url)
         self._rotation = itertools.count()
         self.upstream = UpstreamPool(
@@ -228,7 +236,7 @@ class Router:
                 key = key_function(body, self.key_config)
             except prefix_hashing.RequestError as error:
                 return self._reject(400, str(error), error.param)
-            decision = self.decide(key, body, self.pool.healthy())
+            decision = self.decide(key, body, await self.hold.backends())
             if decision is None:
                 return self._no_backend()
             request = UpstreamRequest.of(scope, raw)
@@ -237,7 +245,7 @@ class Router:
         return endpoint
 
     async def models(self, scope: Scope, _receive: Receive) -> ASGIApp:
-        backends = self.pool.healthy()
+        backends = await self.hold.backends()
         if not backends:
             return self._no_backend()
         start = next(self._rotation) % len(backends)
@@ -248,9 +256,13 @@ class Router:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, _scope: Scope, _receive: Receive) -> Response:
+        """Ready when a backend takes traffic, or when requests are held while none does (scale
+        from zero: the router must stay in its Service to receive the request that wakes the
+        engines)."""
         healthy = len(self.pool.healthy())
-        body = {"healthy_backends": healthy, "backends": len(self.pool)}
-        return JSONResponse(body, status_code=200 if healthy else 503)
+        body = {"healthy_backends": healthy, "backends": len(self.pool), "held": self.hold.held}
+        ready = healthy > 0 or self.hold.hold_s > 0
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def prometheus(self, _scope: Scope, _receive: Receive) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

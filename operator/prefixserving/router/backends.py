@@ -126,7 +126,8 @@ class BackendPool:
     """The set of backends, their loads and their health.
 
     Give either ``static`` URLs or ``dns`` (``(name, port)``). ``on_eject(url)`` is called at
-    each ejection (the router counts them in its metrics).
+    each ejection (the router counts them in its metrics); ``on_healthy_change()`` whenever
+    the healthy set changes (the router's hold wakes its waiters).
     """
 
     def __init__(
@@ -148,6 +149,7 @@ class BackendPool:
         self._resolver = resolver
         self._clock = clock
         self.on_eject = on_eject
+        self.on_healthy_change: Callable[[], None] | None = None
         self._states: dict[str, BackendState] = {}
         self._healthy: tuple[str, ...] = ()
         self._set_members(url.rstrip("/") for url in static)
@@ -164,9 +166,10 @@ class BackendPool:
         self._update_healthy()
 
     def _update_healthy(self) -> None:
-        self._healthy = tuple(
-            sorted(url for url, s in self._states.items() if s.ejected_until is None)
-        )
+        healthy = tuple(sorted(url for url, s in self._states.items() if s.ejected_until is None))
+        changed, self._healthy = healthy != self._healthy, healthy
+        if changed and self.on_healthy_change is not None:
+            self.on_healthy_change()
 
     async def refresh_members(self) -> None:
         """Resolve the DNS name once and replace the member list."""

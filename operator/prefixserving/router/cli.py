@@ -81,6 +81,7 @@ class RouterSettings:
     model: str | None = None
     max_body_bytes: int = 16 * 1024 * 1024
     scrape_interval_s: float = 1.0
+    no_engine_hold_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backends", tuple(self.backends))  # JSON gives a list
@@ -164,6 +165,14 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     default=_DEFAULTS.scrape_interval_s,
     show_default=True,
     help="How often each engine's /metrics is read for its queue and KV usage.",
+)
+@click.option(
+    "--no-engine-hold-seconds",
+    type=click.FloatRange(min=0),
+    default=_DEFAULTS.no_engine_hold_seconds,
+    show_default=True,
+    help="While no engine is Ready, hold each request this long for one to start, then 503 "
+    "with Retry-After (0: 503 at once). For scale from zero (autoscaling.minReplicas: 0).",
 )
 @click.option(
     "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
@@ -342,7 +351,9 @@ def build_router(settings: RouterSettings) -> Router:
         key_config=KeyConfig(
             block_chars=s.block_chars, prefix_blocks=s.prefix_blocks, base_model=s.model
         ),
-        config=RouterConfig(max_body_bytes=s.max_body_bytes),
+        config=RouterConfig(
+            max_body_bytes=s.max_body_bytes, no_engine_hold_s=s.no_engine_hold_seconds
+        ),
     )
 
 

@@ -30,6 +30,8 @@ instead of leaving stale series.
 ``prefixserving_router_backend_healthy``               backend: 1 when not ejected
 ``prefixserving_router_new_first_block_ratio``         model: prefix hygiene (router.hygiene)
 ``prefixserving_router_prefix_hygiene_cause``          model, cause: 1 for the current cause
+``prefixserving_router_held_requests``                 requests waiting for a Ready engine
+                                                       (router.hold; KEDA's activation)
 =====================================================  =========================================
 """
 
@@ -50,6 +52,7 @@ from prometheus_client.utils import floatToGoString
 
 from prefixserving import constants
 from prefixserving.router.backends import BackendPool
+from prefixserving.router.hold import ReadyHold
 from prefixserving.router.hygiene import PrefixHygiene
 
 PREFIX = "prefixserving_router"
@@ -109,10 +112,13 @@ class _Collector(Collector):
     """The request-path counters and histogram, plus per-backend gauges and prefix hygiene
     read from the pool and hygiene at scrape time."""
 
-    def __init__(self, metrics: RouterMetrics, pool: BackendPool, hygiene: PrefixHygiene) -> None:
+    def __init__(
+        self, metrics: RouterMetrics, pool: BackendPool, hygiene: PrefixHygiene, hold: ReadyHold
+    ) -> None:
         self.metrics = metrics
         self.pool = pool
         self.hygiene = hygiene
+        self.hold = hold
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -152,12 +158,17 @@ class _Collector(Collector):
             cause.add_metric([report.model, report.cause.value], 1.0)
         yield ratio
         yield cause
+        yield GaugeMetricFamily(
+            constants.METRIC_ROUTER_HELD_REQUESTS,
+            "Requests waiting for a Ready engine (none is Ready; KEDA's activation reads it).",
+            value=self.hold.held,
+        )
 
 
 class RouterMetrics:
     """Every metric of one router instance, in its own registry (tests run several)."""
 
-    def __init__(self, pool: BackendPool, hygiene: PrefixHygiene) -> None:
+    def __init__(self, pool: BackendPool, hygiene: PrefixHygiene, hold: ReadyHold) -> None:
         self.requests = LabelledCounter(
             f"{PREFIX}_requests", "Proxied requests by backend and outcome.", ("backend", "outcome")
         )
@@ -178,4 +189,4 @@ class RouterMetrics:
             LATENCY_BUCKETS_S,
         )
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_Collector(self, pool, hygiene))
+        self.registry.register(_Collector(self, pool, hygiene, hold))

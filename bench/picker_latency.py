@@ -21,7 +21,8 @@ Setup, all on loopback:
 **Pick latency**: from the first message of the stream (request headers) to the answer that
 names the endpoint, as the load generator sees it; it includes sending the body to the
 picker. The picker's own ``prefixserving_router_added_latency_seconds`` (from the body's last
-chunk to the answer) is reported beside it. Each cell runs ``--seconds`` after a warm-up;
+chunk to the answer) is reported beside it. Each cell runs ``--seconds`` (and until it holds
+``MIN_PICKS`` answers) after a warm-up;
 p50/p99 are ``prefixserving_lab.stats.quantile`` (linear between closest ranks). The picker's CPU
 share (``/proc/PID/stat``) and the rate of picks say how loaded it was; the load
 generator's CPU share says when it, not the picker, was the limit (near 100%: its own
@@ -89,6 +90,9 @@ PROMPT_BYTES = (2_000, 20_000, 200_000)
 CHUNK_BYTES = 32 * 1024
 ENGINES = 4
 GOAL = {"streams": 50, "p50_ms": 1.0, "p99_ms": 5.0}
+# Answers every cell holds at least, and how long a cell may wait for them.
+MIN_PICKS = 20
+CELL_DEADLINE_S = 300
 ANCHOR = "llm-d EPP: 1.8 ms p50, 30 ms p95 (llm-d-router#1348)"
 
 
@@ -327,6 +331,16 @@ async def run_cell(
         cpu_before, started = cpu_seconds(pid), time.perf_counter()
         client_before = cpu_seconds(os.getpid())
         await asyncio.sleep(seconds)
+        # However slow the machine, a cell holds MIN_PICKS answers (a short run on busy cores
+        # may have none after --seconds); a picker that stops answering fails the run.
+        deadline = time.perf_counter() + CELL_DEADLINE_S
+        while generator.requests < MIN_PICKS:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(
+                    f"{streams} streams of {size} bytes: {generator.requests} picks in "
+                    f"{CELL_DEADLINE_S} s"
+                )
+            await asyncio.sleep(0.05)
         generator.recording = False
         elapsed = time.perf_counter() - started
         cpu = (cpu_seconds(pid) - cpu_before) / elapsed

@@ -24,6 +24,7 @@ from support.operator_harness import Harness
 
 NAMESPACE, NAME = "t-metrics", "chat"
 POD = f"{NAME}-engine-7d9f8c6b5-x2k4p"  # what the Deployment's pods are called
+ENGINE_PODS = (POD, f"{NAME}-engine-7d9f8c6b5-m4n8q")  # one per engine: queue depth is per pod
 ROUTER_POD = f"{NAME}-router-5c8d7b9f4-q7w2z"
 
 
@@ -129,7 +130,10 @@ def test_status_metrics_from_prometheus_then_prometheus_down(
     with running_prometheus(
         targets,
         extra_labels={"namespace": NAMESPACE, "pod": POD},
-        target_labels={router_exporter.address: {"pod": ROUTER_POD}},
+        target_labels={
+            router_exporter.address: {"pod": ROUTER_POD},
+            **{e.address: {"pod": pod} for e, pod in zip(exporters, ENGINE_PODS, strict=True)},
+        },
     ) as prom:
         harness = Harness(tmp_path, env={"PREFIXSERVING_PROMETHEUS_URL": prom.url})
         try:

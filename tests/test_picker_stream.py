@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from picker_support import Stream, chat_body, pick, picker_router, running_picker
 from prefixserving import constants
 from prefixserving.router.app import build_admin_app
+from prefixserving.router.backends import PoolConfig
 from prefixserving.router.picker import protocol
 from prefixserving.router.picker.stream import PickerConfig
 from prefixserving.router.policies.base import RoutingContext
@@ -36,7 +37,7 @@ from prefixserving_lab.runners.gateway import (
     response_headers,
 )
 from prefixserving_lab.testing import wait_for_async
-from router_support import FAST_POOL, fake_engines, metric_value, running_router
+from router_support import fake_engines, metric_value, running_router
 
 BACKENDS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"]
 DECISIONS = "prefixserving_router_decisions_total"
@@ -59,6 +60,9 @@ def conversation(i: int) -> bytes:
     ).encode()
 
 
+ONE_SCRAPE = PoolConfig(scrape_interval_s=3600.0, scrape_timeout_s=30.0, dns_interval_s=3600.0)
+
+
 async def test_the_pick_is_the_http_routers_choice_for_the_same_requests_and_loads() -> None:
     """Both read the same engines' /metrics (unequal queues, so some prefixes spill) and see
     the same requests in the same order: every decision, fallbacks included, is the same."""
@@ -68,11 +72,16 @@ async def test_the_pick_is_the_http_routers_choice_for_the_same_requests_and_loa
             engine.waiting = waiting
         urls = [url for _, url in engines]
         key_config = KeyConfig(base_model="fake-model")
-        picker_side = picker_router(urls, pool_config=FAST_POOL)
+        # Each pool scrapes once, so both decide on the same snapshot however slow the machine
+        # (a rescrape in the loop could see a request in flight, or time out and eject).
+        picker_side = picker_router(urls, pool_config=ONE_SCRAPE)
         picker_side.key_config = key_config
         async with (
             running_router(
-                urls, policy=make_policy("prefix-affinity"), key_config=key_config
+                urls,
+                policy=make_policy("prefix-affinity"),
+                key_config=key_config,
+                pool_config=ONE_SCRAPE,
             ) as http,
             picker_side.lifespan(),
             running_picker(picker_side) as picker,

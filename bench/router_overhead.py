@@ -424,7 +424,8 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {name} | {row['clients']} | {row['requests_per_repeat']} "
             f"| {median:.3f} / {row['cpu_ms_per_request_min']:.3f} "
-            f"| {1000 / median:.0f} | {row['errors']} |"
+            # A tiny run can use less CPU than one clock tick: no rate to give.
+            f"| {f'{1000 / median:.0f}' if median > 0 else '-'} | {row['errors']} |"
         )
     h = result["results"]["router_histogram"]
     t = result["results"]["max_throughput_64_clients"]

@@ -100,3 +100,10 @@ def test_replay_lists_the_sweep() -> None:
     listed = CliRunner().invoke(main, ["bench", "replay", "--list"])
     sweep = next(line for line in listed.output.splitlines() if line.startswith("sweep:"))
     assert "azure-code" in sweep and "chat-multiturn+hdr16" in sweep
+
+
+def test_an_unknown_workload_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    args = ["bench", "replay", "--workload", "gsp-q25", "--workload", "nope", "--sweep"]
+    bad = CliRunner().invoke(main, [*args, "--out-dir", str(tmp_path)])
+    assert bad.exit_code == 1 and "unknown workload(s) ['nope']" in bad.output, bad.output
+    assert not list(tmp_path.iterdir())

@@ -79,27 +79,24 @@ class BenchmarkSpec:
 
 def build_workloads(spec: BenchmarkSpec) -> Iterator[tuple[Workload, str, float | None]]:
     """The workloads of ``spec``, each with its role (``sharing``, ``control`` or ``other``)
-    and load point (None: the workload's own load), built one at a time; names and the
-    scale are checked before the first is built."""
+    and load point (None: the workload's own load). Names and the scale are checked now
+    (``KeyError`` / ``ValueError``); the workloads are built one at a time as the iterator is
+    read."""
     cost, base = spec.cost_model(), spec.base_engine()
     if spec.trace is not None:
-        yield (
-            workloads.mooncake(
-                spec.trace,
-                name=f"trace-{spec.trace.stem}-{spec.trace_time_scale:g}x",
-                description=f"{spec.trace.name}, time compressed {spec.trace_time_scale:g}x",
-                cost=cost,
-                base=base,
-                time_scale=spec.trace_time_scale,
-                limit=spec.trace_rows,
-                cache_fraction=spec.cache_fraction if spec.cache_fraction is not None else 0.25,
-                load=spec.trace_load,
-                seed=spec.seed,
-            ),
-            "sharing",
-            spec.trace_load,
+        trace = workloads.mooncake(
+            spec.trace,
+            name=f"trace-{spec.trace.stem}-{spec.trace_time_scale:g}x",
+            description=f"{spec.trace.name}, time compressed {spec.trace_time_scale:g}x",
+            cost=cost,
+            base=base,
+            time_scale=spec.trace_time_scale,
+            limit=spec.trace_rows,
+            cache_fraction=spec.cache_fraction if spec.cache_fraction is not None else 0.25,
+            load=spec.trace_load,
+            seed=spec.seed,
         )
-        return
+        return iter([(trace, "sharing", spec.trace_load)])
     ctx = suite.BuildContext(
         cost=cost,
         base=base,
@@ -110,12 +107,16 @@ def build_workloads(spec: BenchmarkSpec) -> Iterator[tuple[Workload, str, float 
     )
     names = spec.workload_names or list(suite.SWEEP if spec.loads else suite.STANDARD)
     suite.check(names, ctx)
-    for name in names:
-        for load in spec.loads or [None]:
-            (workload,) = suite.build([name], replace(ctx, load=load))
-            if load is not None:
-                workload = replace(workload, name=f"{workload.name}@{load:g}")
-            yield workload, suite.role(name), load
+    return (_at_load(name, ctx, load) for name in names for load in (spec.loads or [None]))
+
+
+def _at_load(
+    name: str, ctx: suite.BuildContext, load: float | None
+) -> tuple[Workload, str, float | None]:
+    (workload,) = suite.build([name], replace(ctx, load=load))
+    if load is not None:
+        workload = replace(workload, name=f"{workload.name}@{load:g}")
+    return workload, suite.role(name), load
 
 
 def _harness_notes(spec: BenchmarkSpec) -> list[str]:
@@ -141,6 +142,7 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
     """Run ``spec``; write ``<out_dir>/<name>.json`` and ``.md``; return their paths."""
     cost = spec.cost_model()
     classes = {p: scheduler_class(p) for p in spec.policies}
+    built = build_workloads(spec)  # refuses unknown names before anything is written
     settings: dict[str, Any] = {
         "policies": spec.policies,
         "scale": spec.scale,
@@ -152,7 +154,7 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
     result = report.new_result(settings, cost.to_dict())
     result["notes"] = [*spec.notes, *_harness_notes(spec)]
     paths = report.write(spec.out_dir, spec.name, result)
-    for workload, role, load in build_workloads(spec):
+    for workload, role, load in built:
         slo_s = ttft_slo_s(workload, cost)
         entry: dict[str, Any] = {
             **workload.summary(),

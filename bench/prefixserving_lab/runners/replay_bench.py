@@ -178,8 +178,8 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
         result["goals"] = report.goals(result["workloads"], result["overhead"])
         paths = report.write(spec.out_dir, spec.name, result)
     for waiting in spec.overhead_waiting:
-        for policy, cls in classes.items():
-            row = {"policy": policy, **overhead.measure(cls, waiting)}
+        for policy, measured in overhead.measure(classes, waiting).items():
+            row = {"policy": policy, **measured}
             result["overhead"].append(row)
             echo(f"overhead {waiting:>6} waiting {policy:>13}: {row['total_ms']:.3f} ms/step")
         result["goals"] = report.goals(result["workloads"], result["overhead"])

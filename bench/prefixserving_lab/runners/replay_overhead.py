@@ -10,8 +10,9 @@ For each queue depth N (default 100, 1,000 and 10,000) and each policy:
 3. measure CPU time (``time.process_time``) of everything the engine calls on the scheduler
    per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``.
 
-The reported figure is the mean CPU milliseconds per step (best of ``repeats``, to damp
-noise from other processes), and its ratio to stock FCFS at the same N. :func:`profile` runs
+The reported figure is the mean CPU milliseconds per step (best of ``repeats`` rounds, to damp
+noise from other processes; the rounds interleave the policies, so a load change on the machine
+reaches all of them), and its ratio to stock FCFS at the same N. :func:`profile` runs
 one pass (set-up included) under ``cProfile`` and returns the own time of the policy's code
 and its costliest functions, for the report when a policy misses its overhead goal.
 """
@@ -38,16 +39,22 @@ ENGINE = EngineShape(num_blocks=8192, block_size=64, max_num_seqs=256)
 
 
 def measure(
-    scheduler_cls: type[Scheduler], waiting: int, *, steps: int = 30, repeats: int = 3
-) -> dict[str, Any]:
-    """CPU ms per step of ``scheduler_cls`` with ``waiting`` requests queued (module doc)."""
-    best: dict[str, float] | None = None
+    classes: dict[str, type[Scheduler]], waiting: int, *, steps: int = 30, repeats: int = 5
+) -> dict[str, dict[str, Any]]:
+    """CPU ms per step of each policy in ``classes`` with ``waiting`` requests queued (module
+    docstring). The repeats are interleaved (every policy once per round), so a change in the
+    machine's load during the measurement reaches every policy alike; each policy's best
+    round is kept."""
+    best: dict[str, dict[str, float]] = {}
     for _ in range(repeats):
-        result = _one_pass(scheduler_cls, waiting, steps)
-        if best is None or result["total_ms"] < best["total_ms"]:
-            best = result
-    assert best is not None
-    return {"waiting": waiting, "steps": steps, **{k: round(v, 4) for k, v in best.items()}}
+        for policy, scheduler_cls in classes.items():
+            result = _one_pass(scheduler_cls, waiting, steps)
+            if policy not in best or result["total_ms"] < best[policy]["total_ms"]:
+                best[policy] = result
+    return {
+        policy: {"waiting": waiting, "steps": steps, **{k: round(v, 4) for k, v in row.items()}}
+        for policy, row in best.items()
+    }
 
 
 def profile(

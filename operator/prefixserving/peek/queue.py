@@ -43,7 +43,7 @@ O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -61,6 +61,23 @@ PLAN_REQUESTS = 32
 # Steps the lanes keep reordering after the guard last reported pressure: the free queue
 # refills and drains from step to step, so pressure seen now is pressure a few steps on.
 PRESSURE_MEMORY_STEPS = 16
+
+
+Probe = Callable[[H], bool]
+
+
+def _memoized(is_cached: Probe[H]) -> Probe[H]:
+    """``is_cached`` answering each block hash from the engine once. Valid only while the
+    engine allocates nothing (one presentation, or ``begin_step``'s confirmations)."""
+    memo: dict[H, bool] = {}
+
+    def probe(block_hash: H) -> bool:
+        hit = memo.get(block_hash)
+        if hit is None:
+            hit = memo[block_hash] = is_cached(block_hash)
+        return hit
+
+    return probe
 
 
 class EngineView(Protocol[R, H]):
@@ -167,7 +184,7 @@ class PeekQueue(Generic[R, H]):
         scan window); ``reserve_blocks``: blocks the running requests still need (None when
         nothing runs: then admission is left to the engine, which can always drain its queue)."""
         self._now_s = now_s
-        self._confirm_admissions()
+        self._confirm_admissions(_memoized(self.view.is_cached))
         self._popped_this_step.clear()
         self._candidate = None
         self._holds_fresh = False
@@ -305,7 +322,9 @@ class PeekQueue(Generic[R, H]):
     def _insert(self, request: R, *, resume: bool = False, stamps: Stamps | None = None) -> None:
         rid = self.view.request_id(request)
         hashes = tuple(self.view.block_hashes(request))
-        frontier = self._probe_frontier(hashes) if self.guard is not None else 0
+        frontier = (
+            self._probe_frontier(hashes, self.view.is_cached) if self.guard is not None else 0
+        )
         self.index.insert(rid, hashes, frontier)
         key = self.view.priority_key(request)
         klass, order = key if key is not None else (0, (next(self._seq),))
@@ -339,22 +358,22 @@ class PeekQueue(Generic[R, H]):
         unlocked = self.index.shared_blocks(rid) * block_size * siblings if siblings else 0
         return cost, (cost, -unlocked)
 
-    def _probe_frontier(self, hashes: Sequence[H], start: int = 0) -> int:
-        is_cached = self.view.is_cached
+    @staticmethod
+    def _probe_frontier(hashes: Sequence[H], is_cached: Probe[H], start: int = 0) -> int:
         frontier = start
         while frontier < len(hashes) and is_cached(hashes[frontier]):
             frontier += 1
         return frontier
 
-    def _refresh_frontier(self, rid: str) -> bool:
+    def _refresh_frontier(self, rid: str, is_cached: Probe[H]) -> bool:
         """Re-check ``rid``'s cached prefix (two probes when nothing changed); re-index and
         re-price it when it moved. Returns whether it moved."""
         hashes = self.index.path(rid)
         old = self.index.frontier(rid)
-        if old and not self.view.is_cached(hashes[old - 1]):
-            new = self._probe_frontier(hashes)  # evicted: walk again from the first block
+        if old and not is_cached(hashes[old - 1]):
+            new = self._probe_frontier(hashes, is_cached)  # evicted: walk again from block 0
         else:
-            new = self._probe_frontier(hashes, old)
+            new = self._probe_frontier(hashes, is_cached, old)
         if new == old:
             return False
         self.index.move_frontier(rid, new)
@@ -363,7 +382,7 @@ class PeekQueue(Generic[R, H]):
             self.lanes.reprice(rid, *self._price(rid, entry.request))
         return True
 
-    def _confirm_admissions(self) -> None:
+    def _confirm_admissions(self, is_cached: Probe[H]) -> None:
         """Pops the engine allocated become pioneers and re-price their clusters."""
         admissions, self._unconfirmed = self._unconfirmed, []
         for admission in admissions:
@@ -376,7 +395,7 @@ class PeekQueue(Generic[R, H]):
                 self._pioneer_requests[rid] = request
             if self.guard is not None:
                 for member in list(self.index.at(hashes[frontier])):
-                    self._refresh_frontier(member)
+                    self._refresh_frontier(member, is_cached)
 
     def _unpark(self, rids: Iterable[str]) -> None:
         for rid in rids:
@@ -386,17 +405,20 @@ class PeekQueue(Generic[R, H]):
     def _current(self) -> tuple[Entry[R], Pick] | None:
         if self._candidate is not None:
             return self._candidate
-        self._confirm_admissions()
+        # Nothing allocates while a presentation is chosen, so one probe per block is enough:
+        # a cluster's members walk the same blocks.
+        is_cached = _memoized(self.view.is_cached)
+        self._confirm_admissions(is_cached)
         if not self._holds_fresh:
             self._holds_fresh = True
-            self._unpark(self.holding.release_ready(self._now_s, self.view.is_cached))
+            self._unpark(self.holding.release_ready(self._now_s, is_cached))
         while True:
             picked = self.lanes.next_pick()
             if picked is None:
                 return None
             entry, pick = picked
             rid = entry.rid
-            if self.guard is not None and self._refresh_frontier(rid):
+            if self.guard is not None and self._refresh_frontier(rid, is_cached):
                 continue
             if pick is not Pick.RESUME:
                 info = self.holding.decide(
@@ -422,10 +444,17 @@ class PeekQueue(Generic[R, H]):
         return self.view.free_blocks() - new_blocks >= self._reserve_blocks
 
     def _plan_rank(self) -> dict[H, int]:
-        """Cached block hash -> rank of the best request of the lanes' plan that reads it."""
-        plan = self.lanes.plan(PLAN_REQUESTS)
+        """Cached block hash -> rank of the best request of the lanes' plan that reads it.
+
+        Hashes are chained, so a ranked hash means its whole prefix is ranked by the same or a
+        better request: each request's walk back from its last cached block stops at the first
+        ranked one. O(plan + distinct cached blocks of the plan)."""
         rank: dict[H, int] = {}
-        for position in range(len(plan) - 1, -1, -1):
-            rid = plan[position].rid
-            rank.update(dict.fromkeys(self.index.path(rid)[: self.index.frontier(rid)], position))
+        for position, entry in enumerate(self.lanes.plan(PLAN_REQUESTS)):
+            path = self.index.path(entry.rid)
+            for depth in range(self.index.frontier(entry.rid) - 1, -1, -1):
+                block_hash = path[depth]
+                if block_hash in rank:
+                    break
+                rank[block_hash] = position
         return rank

@@ -36,7 +36,8 @@ specifics come through :class:`EngineView`; this module imports no engine.
 
 **Cost per operation**: add / prepend O(blocks + log n); a presentation O(log n + cost buckets)
 amortized plus two probes; pop O(blocks + log n) plus the re-pricing of its cluster (each waiting
-request is re-priced once per run of its blocks that becomes cached); ``begin_step``
+request is re-priced once per run of its blocks that becomes cached; the engine's prefix cache is
+asked about each block at most once per presentation, however many siblings walk it); ``begin_step``
 O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings too.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 
 from prefixserving.router.backends import (
@@ -96,6 +97,41 @@ async def test_failing_engine_is_ejected_then_probed_back_in() -> None:
             )
             response = await r.client.post("/v1/completions", json=completion("back"))
             assert response.json()["backend"] == sick.name
+
+
+async def test_with_no_healthy_backend_an_ejected_one_is_probed_before_its_backoff_ends() -> None:
+    """Scale from zero behind a fixed URL: the only backend was ejected for a long backoff; it
+    comes up and the next scrape finds it. With another backend healthy, it waits its turn, and
+    an early probe that fails does not lengthen the backoff."""
+    now = [0.0]
+    config = PoolConfig(eject_after_failures=1, eject_base_s=60.0, eject_max_s=60.0)
+    first, second = FakeEngine(name="a"), FakeEngine(name="b")
+    async with (
+        serving(fake_engine_config(first)) as url_a,
+        serving(fake_engine_config(second)) as url_b,
+        aiohttp.ClientSession() as session,
+    ):
+        pair = BackendPool(static=[url_a, url_b], config=config, clock=lambda: now[0])
+        first.healthy = False
+        pair.record_failure(url_a)
+        await pair.scrape_once(session)
+        assert pair.healthy() == (url_b,)  # b is healthy: a waits out its backoff
+        first.healthy = True
+        await pair.scrape_once(session)
+        assert pair.healthy() == (url_b,)
+
+        alone = BackendPool(static=[url_a], config=config, clock=lambda: now[0])
+        first.healthy = False
+        alone.record_failure(url_a)
+        state = alone.state(url_a)
+        assert state is not None and state.ejected_until == 60.0
+        await alone.scrape_once(session)  # early probe fails: backoff unchanged
+        assert alone.healthy() == () and state.ejected_until == 60.0
+        assert state.ejections == 1
+        first.healthy = True
+        now[0] = 1.0
+        await alone.scrape_once(session)
+        assert alone.healthy() == (url_a,)
 
 
 async def test_dns_discovery_follows_the_records() -> None:

@@ -17,7 +17,12 @@ a timeout, a 5xx status; ``router.proxy``) counts; after
 ``eject_after_failures`` consecutive failures the backend is ejected for ``eject_base_s``,
 doubled at each further ejection up to ``eject_max_s``. Once the time is up the scrape loop
 probes ``/health``; success brings the backend back (a probe failure ejects it again). A
-success on real traffic resets the backoff.
+success on real traffic resets the backoff. While no backend is healthy every ejected one is
+probed at each scrape, its time up or not: the backoff keeps traffic off a failing backend,
+and with none healthy there is no traffic to protect, only requests held for the first engine
+that answers (scale from zero: an engine that starts behind a fixed ``--backend`` URL is found
+within one scrape interval, not at the end of a 30 s backoff). Such an early probe that fails
+leaves the ejection as it was.
 
 **Cost**: one request per backend per scrape interval; parsing reads the exposition line by
 line, looks only at ``vllm:`` lines and parses the values of the three series only.
@@ -260,7 +265,9 @@ class BackendPool:
             return
         state.waiting, state.kv_usage, state.running = parse_load(text)
 
-    async def _probe(self, session: aiohttp.ClientSession, state: BackendState) -> None:
+    async def _probe(
+        self, session: aiohttp.ClientSession, state: BackendState, *, early: bool = False
+    ) -> None:
         try:
             async with session.get(f"{state.url}/health", timeout=self._timeout()) as response:
                 ok = response.status == 200
@@ -273,18 +280,22 @@ class BackendPool:
             state.failures = 0
             self._update_healthy()
             log.info("backend %s is back", state.url)
-        else:
+        elif not early:
             self._eject(state)
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> None:
-        """Scrape every healthy backend and probe every ejected one whose time is up."""
+        """Scrape every healthy backend and probe every ejected one whose time is up (every
+        ejected one while none is healthy: module docstring)."""
         now = self._clock()
+        none_healthy = not self._healthy
         jobs = []
         for state in list(self._states.values()):
             if state.ejected_until is None:
                 jobs.append(self._scrape(session, state))
             elif state.ejected_until <= now:
                 jobs.append(self._probe(session, state))
+            elif none_healthy:
+                jobs.append(self._probe(session, state, early=True))
         await asyncio.gather(*jobs)
 
     async def run(self, session: aiohttp.ClientSession) -> None:

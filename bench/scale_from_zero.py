@@ -211,7 +211,7 @@ async def no_engine_round(index: int, workdir: Path, hold_s: float) -> dict[str,
             }
 
 
-async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
+async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     served = [await served_round(i, workdir, args.hold_s) for i in range(args.rounds)]
     none = [
         await no_engine_round(i, workdir, args.no_engine_hold_s)
@@ -305,7 +305,8 @@ def markdown(results: Mapping[str, Any], record: Mapping[str, object]) -> str:
         f"Ready pods only) every {fmt(pool.dns_interval_s, 0)} s, and a pod is Ready after its "
         "readiness probe (every 5 s) passes and, with warm-up, after the warm-up sidecar.",
         "",
-        f"Machine: {machine_line(record)}.",
+        f"Machine: {machine_line(record)}; load average {results['load_average_1m_end']} "
+        "(1 min) at the end.",
     ]
     return "\n".join(lines)
 
@@ -326,13 +327,9 @@ def main() -> None:
     record = machine()
     with tempfile.TemporaryDirectory(prefix="prefixserving-zero-") as tmp:
         results = asyncio.run(measure(args, Path(tmp)))
+    results["load_average_1m_end"] = load_average_1m()
     text = markdown(results, record)
-    payload = {
-        "benchmark": NAME,
-        "machine": record,
-        "load_average_1m_end": load_average_1m(),
-        **results,
-    }
+    payload = {"benchmark": NAME, "machine": record, **results}
     json_path, md_path = write_results(args.out_dir, NAME, payload, text)
     print(text)
     print(f"wrote {json_path} and {md_path}")

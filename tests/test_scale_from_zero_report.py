@@ -26,6 +26,7 @@ SERVED = {
     "held_gauge_after": 0.0,
 }
 FAILED = {**SERVED, "ok": False, "error": "HTTP 503: no engine", "ttft_s": 180.2}
+RESULTS = {"hold_s": 180.0, "load_average_1m_end": 2.5}
 NO_ENGINE = {
     "hold_s": 5.0,
     "status": 503,
@@ -43,7 +44,7 @@ def rows(text: str, heading: str) -> list[list[str]]:
 
 
 def test_each_round_is_a_row_with_its_figures_and_the_ttft_less_the_discovery_wait() -> None:
-    results = {"hold_s": 180.0, "served": [SERVED, FAILED], "no_engine": [NO_ENGINE]}
+    results = {**RESULTS, "served": [SERVED, FAILED], "no_engine": [NO_ENGINE]}
     text = markdown(results, MACHINE)
 
     served = rows(text, "## An engine starts")
@@ -59,12 +60,13 @@ def test_each_round_is_a_row_with_its_figures_and_the_ttft_less_the_discovery_wa
 
 
 def test_the_comparison_names_the_anchor_and_the_rendered_polling_interval() -> None:
-    text = markdown({"hold_s": 180.0, "served": [SERVED], "no_engine": []}, MACHINE)
+    text = markdown({**RESULTS, "served": [SERVED], "no_engine": []}, MACHINE)
     assert "110-130 s" in text and "llm-d-autoscaling #1404" in text
     assert f"KEDA polls every {defaults.POLLING_INTERVAL_S} s" in text
     assert "KEDA's own default is 30 s" in text
     assert text.rstrip().endswith(
-        "Machine: 2 cores, Test CPU, load average 1.25 (1 min), Python 3.11.7."
+        "Machine: 2 cores, Test CPU, load average 1.25 (1 min), Python 3.11.7; "
+        "load average 2.5 (1 min) at the end."
     )
 
 

@@ -73,7 +73,7 @@ REQUEST = TimedRequest(
         "max_tokens": 4,
     },
 )
-# Published figure the issue compares with (llm-d-autoscaling #1404).
+# The peers' published figure the results compare with (llm-d-autoscaling #1404).
 ANCHOR = (
     "peers report 110-130 s of pod start for a 32B model on GPUs, plus the autoscaler's "
     "reaction (llm-d-autoscaling #1404)"

@@ -206,14 +206,15 @@ def engine_env(config: EngineConfig) -> dict[str, str]:
     return env
 
 
-def start_engine(config: EngineConfig, workdir: Path) -> Engine:
-    """Start one engine in the background; it is not ready yet (see :func:`wait_ready`)."""
+def start_engine(config: EngineConfig, workdir: Path, port: int | None = None) -> Engine:
+    """Start one engine in the background on ``port`` (None: a free one); it is not ready yet
+    (see :func:`wait_ready`)."""
     model_dir = write_model_dir(
         workdir / f"model-{config.shape}-{int(config.tokenizer)}",
         shape=config.shape,
         tokenizer=config.tokenizer,
     )
-    port = free_port()
+    port = free_port() if port is None else port
     log_path = workdir / f"{config.name}-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(

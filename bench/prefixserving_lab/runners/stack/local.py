@@ -51,7 +51,8 @@ class Stack:
     warmup_urls: list[str]
 
 
-def _prefixserving(*args: str, log: Path) -> subprocess.Popen[bytes]:
+def start_prefixserving(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``prefixserving ARGS`` (this Python's) in its own process group, output to ``log``."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "prefixserving.cli", *args],
@@ -95,7 +96,7 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
             ]
             for engine in engines:
                 router_args += ["--backend", engine.url]
-            router = _prefixserving(*router_args, log=root / "router.log")
+            router = start_prefixserving(*router_args, log=root / "router.log")
             processes.append(router)
             router_url = f"http://127.0.0.1:{router_port}"
             wait_http_ok(f"{router_url}/readyz", router, "router", 60)
@@ -106,7 +107,7 @@ def running_stack(config: StackConfig, *, workdir: Path | None = None) -> Iterat
                 prompts_file.write_text(json.dumps(list(config.warmup_prompts)))
                 for engine in engines:
                     port = free_port()
-                    sidecar = _prefixserving(
+                    sidecar = start_prefixserving(
                         "warmup",
                         "--engine-url", engine.url,
                         "--prompts-file", str(prompts_file),

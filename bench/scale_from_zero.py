@@ -297,11 +297,11 @@ def markdown(results: Mapping[str, Any], record: Mapping[str, object]) -> str:
         f"ScaledObject's `pollingInterval`; KEDA's own default is "
         f"{KEDA_DEFAULT_POLLING_INTERVAL_S} s), so up to about {15 + polling} s before the "
         "Deployment goes to 1.",
-        "- Engine ready to routed is the local stack's own: its router has a fixed `--backend`, "
-        "ejected the silent address and probes it on its ejection back-off "
-        f"({fmt(pool.eject_base_s, 0)} s doubling up to {fmt(pool.eject_max_s, 0)} s), so it "
-        f'noticed the ready engine up to {fmt(pool.eject_max_s, 0)} s late; "TTFT less the '
-        'wait" takes that out. In a cluster the router resolves the engine Service (`--dns`, '
+        "- Engine ready to routed: the local router has a fixed `--backend` and ejected the "
+        "silent address; while no backend is healthy it probes every ejected one at each "
+        f"scrape (every {fmt(pool.scrape_interval_s, 0)} s), so it finds the ready engine "
+        'within about one scrape; "TTFT less the wait" takes that out too. In a cluster the '
+        "router resolves the engine Service (`--dns`, "
         f"Ready pods only) every {fmt(pool.dns_interval_s, 0)} s, and a pod is Ready after its "
         "readiness probe (every 5 s) passes and, with warm-up, after the warm-up sidecar.",
         "",

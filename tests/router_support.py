@@ -95,6 +95,23 @@ def completion(prompt: str | list[int], **extra: object) -> dict[str, object]:
     return {"model": "fake-model", "prompt": prompt, "max_tokens": 4, **extra}
 
 
+class Discovery:
+    """A DNS resolver (``BackendPool(resolver=...)``) that knows no engine until
+    :meth:`start_engine` is called: the engine Service's name starts resolving, as when a pod
+    turns Ready."""
+
+    def __init__(self) -> None:
+        self.addresses: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        if not self.addresses:
+            raise LookupError(host)
+        return self.addresses
+
+    def start_engine(self, address: str) -> None:
+        self.addresses = [address]
+
+
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The value of one sample in a Prometheus exposition (0 when absent)."""
     from prometheus_client.parser import text_string_to_metric_families

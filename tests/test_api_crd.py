@@ -70,13 +70,33 @@ def test_prefixserving_crd_names_status_and_columns() -> None:
     assert version["name"] == constants.VERSION
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Replicas", "Hit rate", "KV usage", "Queue", "Age"]
+    assert columns == ["Ready", "Replicas", "Warm", "Hit rate", "KV usage", "Queue", "Age"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert {"observedGeneration", "conditions", "replicas", "readyReplicas", "warmReplicas"} <= set(
         status
     )
     assert {"routerEndpoint", "metrics"} <= set(status)
     assert {"hitRate", "kvCacheUsage", "queueDepth", "asOf"} <= set(status["metrics"]["properties"])
+
+
+@pytest.mark.parametrize("generated", [crd.prefixserving_crd(), crd.scaling_policy_crd()])
+def test_printer_columns_read_fields_the_schema_has(generated: dict[str, Any]) -> None:
+    """A column whose path names no field prints an empty cell forever (the API server does not
+    check): every plain ``.spec``/``.status`` path resolves in the schema, with the column's
+    type."""
+    (version,) = generated["spec"]["versions"]
+    plain = [
+        c
+        for c in version["additionalPrinterColumns"]
+        if c["jsonPath"].startswith((".spec.", ".status.")) and "[" not in c["jsonPath"]
+    ]
+    assert plain, "no column reads a plain field"
+    for column in plain:
+        node = version["schema"]["openAPIV3Schema"]
+        for part in column["jsonPath"].lstrip(".").split("."):
+            assert part in node.get("properties", {}), f"{column['name']}: no field {part}"
+            node = node["properties"][part]
+        assert node["type"] == column["type"], f"{column['name']}: {node['type']}"
 
 
 def test_schema_carries_enums_ranges_and_defaults() -> None:

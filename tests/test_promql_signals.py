@@ -1,6 +1,7 @@
 """The scaling signals evaluated by Prometheus' own engine (``promtool test rules``) on series
 shaped like vLLM's and PEEK's: honest queue depth, backlog seconds for PEEK and stock engines,
-and the prometheus-adapter rules computing the same per-pod values.
+KV cache usage, each without the pods still warming up, and the prometheus-adapter rules
+computing the same per-pod values.
 
 What a double misses here: the series are written by hand in the engines' label layout
 (``namespace``, ``pod``, ``engine``, ``model_name``); ``tests/test_promql_real.py`` checks the
@@ -27,6 +28,7 @@ STOCK_POD = "chat-engine-7c9d8f6b5-bbbbb"  # FCFS, 500 uncached tokens/request, 
 NEW_POD = "chat-engine-7c9d8f6b5-ccccc"  # PEEK, no prefill finished yet: assumed throughput
 BURST_POD = "chat-engine-7c9d8f6b5-ddddd"  # PEEK, same-prefix burst: 50 waiting, 49 held
 SKEW_POD = "chat-engine-7c9d8f6b5-eeeee"  # PEEK, held sampled above waiting
+WARMING_POD = "chat-engine-7c9d8f6b5-ggggg"  # PEEK, warm-up still running: never counted
 OTHER_POD = "chat-x-engine-7c9d8f6b5-fffff"  # another resource: never counted
 EVAL_AT = "15m"
 
@@ -37,6 +39,12 @@ def labels(pod: str) -> str:
 
 def gauge(metric: str, pod: str, value: float) -> dict[str, str]:
     return {"series": f"{metric}{{{labels(pod)}}}", "values": f"{value:g}x20"}
+
+
+def warmup_ready(pod: str, value: int) -> dict[str, str]:
+    """The warm-up sidecar's gauge, scraped from its own port (other labels than the engine's)."""
+    series = f'{promql.WARMUP_READY}{{namespace="{NAMESPACE}",pod="{pod}",container="warmup"}}'
+    return {"series": series, "values": f"{value}x20"}
 
 
 def counter(metric: str, pod: str, per_minute: float) -> dict[str, str]:
@@ -56,6 +64,10 @@ def prefill(pod: str, tokens_per_s: float, seconds_per_s: float, requests_per_s:
 def fleet() -> list[dict[str, str]]:
     waiting = promql.VLLM_REQUESTS_WAITING
     return [
+        *(gauge(promql.VLLM_KV_CACHE_USAGE, pod, usage) for pod, usage in KV_USAGE.items()),
+        gauge(promql.VLLM_KV_CACHE_USAGE, WARMING_POD, 0.05),
+        gauge(promql.VLLM_KV_CACHE_USAGE, OTHER_POD, 1),
+        warmup_ready(PEEK_POD, 1),  # warm-up finished: counted like a pod without warm-up
         gauge(waiting, PEEK_POD, 10),
         gauge(PEEK_HELD_SIBLINGS, PEEK_POD, 7),
         gauge(PEEK_UNCACHED_WAITING_TOKENS, PEEK_POD, 8000),
@@ -72,12 +84,18 @@ def fleet() -> list[dict[str, str]]:
         gauge(waiting, SKEW_POD, 1),
         gauge(PEEK_HELD_SIBLINGS, SKEW_POD, 2),
         gauge(PEEK_UNCACHED_WAITING_TOKENS, SKEW_POD, 0),
+        warmup_ready(WARMING_POD, 0),
+        gauge(waiting, WARMING_POD, 4),
+        gauge(PEEK_HELD_SIBLINGS, WARMING_POD, 0),
+        gauge(PEEK_UNCACHED_WAITING_TOKENS, WARMING_POD, 9000),
+        *prefill(WARMING_POD, tokens_per_s=1000, seconds_per_s=1, requests_per_s=1),
         gauge(waiting, OTHER_POD, 100),
         gauge(PEEK_UNCACHED_WAITING_TOKENS, OTHER_POD, 100_000),
     ]
 
 
-# Per pod: waiting less held (floored at 0), and uncached tokens over throughput.
+# Per serving pod: KV usage, waiting less held (floored at 0), uncached tokens over throughput.
+KV_USAGE = {PEEK_POD: 0.6, STOCK_POD: 0.4, NEW_POD: 0.1, BURST_POD: 0.9, SKEW_POD: 0.5}
 HONEST_WAITING = {PEEK_POD: 3, STOCK_POD: 3, NEW_POD: 2, BURST_POD: 1, SKEW_POD: 0}
 BACKLOG_S = {
     PEEK_POD: 8000 / 2000,
@@ -153,6 +171,10 @@ def test_signals_per_pod_and_totals(tmp_path: Path) -> None:
                 promql.backlog_seconds_by_pod(matchers, ASSUMED_TOKENS_PER_S),
                 per_pod(BACKLOG_S, "namespace, pod"),
             ),
+            (
+                promql.kv_cache_usage(NAMESPACE, NAME),
+                [{"value": sum(KV_USAGE.values()) / replicas}],
+            ),
             (promql.queue_depth_total(NAMESPACE, NAME), [{"value": sum(HONEST_WAITING.values())}]),
             (
                 promql.queue_depth_per_replica(NAMESPACE, NAME),
@@ -173,10 +195,14 @@ def test_signals_per_pod_and_totals(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_adapter_rules_compute_the_same_per_pod_values(tmp_path: Path) -> None:
     rules = {r["name"]["as"]: r for r in promql.adapter_rules(ASSUMED_TOKENS_PER_S)}
-    pods = list(HONEST_WAITING)
+    pods = [*HONEST_WAITING, WARMING_POD]  # the HPA asks for every pod of the Deployment
     run_expr_tests(
         tmp_path,
         [
+            (
+                adapter_query(rules[promql.ADAPTER_METRIC_KV_CACHE_USAGE], pods),
+                per_pod(KV_USAGE, "pod"),
+            ),
             (
                 adapter_query(rules[promql.ADAPTER_METRIC_REQUESTS_WAITING], pods),
                 per_pod(HONEST_WAITING, "pod"),

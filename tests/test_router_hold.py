@@ -18,24 +18,9 @@ from prefixserving import constants
 from prefixserving.router.app import RouterConfig
 from prefixserving.router.hold import ReadyHold
 from prefixserving_lab.testing import wait_for_async
-from router_support import completion, fake_engines, metric_value, running_router
+from router_support import Discovery, completion, fake_engines, metric_value, running_router
 
 DNS_NAME = "chat-engine.llm.svc.cluster.local"
-
-
-class Discovery:
-    """A resolver that knows no engine until :meth:`start_engine` is called."""
-
-    def __init__(self) -> None:
-        self.addresses: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        if not self.addresses:
-            raise LookupError(host)
-        return self.addresses
-
-    def start_engine(self, address: str) -> None:
-        self.addresses = [address]
 
 
 async def held(client) -> float:  # type: ignore[no-untyped-def]

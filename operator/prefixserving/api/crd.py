@@ -147,6 +147,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
     },
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas"},
     {"name": "Hit rate", **_percent(".status.metrics.hitRate")},
     {"name": "KV usage", **_percent(".status.metrics.kvCacheUsage")},
     {"name": "Queue", **_percent(".status.metrics.queueDepth")},

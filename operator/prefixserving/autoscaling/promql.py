@@ -19,8 +19,16 @@ into the label ``prefixserving``, so one expression serves both scopes.
 
 Signals
 -------
+- Serving pods only: every per-pod signal below leaves out the engine pods whose warm-up is
+  still running (:func:`warm_pods_only`: the sidecar's ``prefixserving_warmup_ready`` is 0).
+  Such a pod is not Ready, takes no client traffic, and its engine reports the warm-up's own
+  prompts: averaged in, its near-empty KV cache dilutes the serving pods' usage while the HPA
+  multiplies the average by the Ready pods only (``Value`` targets); summed in, its warm-up
+  prompts read as demand. Pods without the series (warm-up off, or the sidecar not scraped)
+  are kept.
 - KV cache usage: ``vllm:kv_cache_usage_perc`` (0..1), averaged across the engine pods.
-  KEDA uses it with ``metricType: Value`` (the HPA scales by ``current / target``).
+  KEDA uses it with ``metricType: Value`` (the HPA asks for ``ceil(ready pods x value /
+  target)``).
 - Queue depth, honest: per pod ``vllm:num_requests_waiting`` less
   ``prefixserving:peek_held_siblings`` (PEEK keeps a held sibling in vLLM's waiting queue, but
   it costs no prefill of its own: its pioneer computes the shared blocks), floored at 0 (the two
@@ -83,6 +91,7 @@ ROUTER_NEW_FIRST_BLOCK_RATIO: Final = constants.METRIC_ROUTER_NEW_FIRST_BLOCK_RA
 ROUTER_HYGIENE_CAUSE: Final = constants.METRIC_ROUTER_HYGIENE_CAUSE
 ROUTER_HELD_REQUESTS: Final = constants.METRIC_ROUTER_HELD_REQUESTS
 WARMUP_TIMEOUTS: Final = constants.METRIC_WARMUP_TIMEOUTS
+WARMUP_READY: Final = constants.METRIC_WARMUP_READY
 # kube-state-metrics series of an HPA (KEDA's HPA too); used when max replicas is unknown.
 KSM_HPA_CURRENT: Final = "kube_horizontalpodautoscaler_status_current_replicas"
 KSM_HPA_MAX: Final = "kube_horizontalpodautoscaler_spec_max_replicas"
@@ -162,9 +171,21 @@ def per_resource(expr: str, component: str = "engine") -> str:
 # ------------------------------------------------------------------------------ autoscaling
 
 
+def warm_pods_only(expr: str, matchers: str, by: str = "namespace, pod") -> str:
+    """``expr`` (series of engine pods, carrying the labels ``by``) without the pods whose
+    warm-up sidecar reports ``prefixserving_warmup_ready == 0`` (still warming up).
+
+    ``matchers`` select the pods (no braces). A set difference (``unless``), so a pod with no
+    warm-up series is kept. The gauge turns 1 when the pod turns Ready; Prometheus sees that
+    one scrape later, so a just-warmed pod stays out for up to one scrape interval.
+    """
+    return f"({expr} unless on ({by}) ({series(WARMUP_READY, matchers)} == 0))"
+
+
 def kv_cache_usage(namespace: str, name: str) -> str:
-    """Average KV cache usage (0..1) across the resource's engine pods."""
-    return f"avg({VLLM_KV_CACHE_USAGE}{engine_selector(namespace, name)})"
+    """Average KV cache usage (0..1) across the resource's engine pods that are not warming up."""
+    matchers = engine_matchers(namespace, name)
+    return f"avg({warm_pods_only(series(VLLM_KV_CACHE_USAGE, matchers), matchers)})"
 
 
 def _by_pod(expr: str, by: str) -> str:
@@ -172,14 +193,16 @@ def _by_pod(expr: str, by: str) -> str:
 
 
 def honest_waiting_by_pod(matchers: str, by: str = "namespace, pod") -> str:
-    """Waiting requests per engine pod, PEEK's held siblings not counted (floored at 0).
+    """Waiting requests per engine pod, PEEK's held siblings not counted (floored at 0), for
+    the pods not warming up (:func:`warm_pods_only`).
 
     ``matchers`` select the pods (no braces); ``by`` names the labels one pod has (the
     prometheus-adapter passes its own grouping). Pods without PEEK's gauge count all waiting.
     """
     waiting = _by_pod(series(VLLM_REQUESTS_WAITING, matchers), by)
     held = _by_pod(series(PEEK_HELD_SIBLINGS, matchers), by)
-    return f"(clamp_min({waiting} - on ({by}) {held}, 0) or on ({by}) {waiting})"
+    honest = f"(clamp_min({waiting} - on ({by}) {held}, 0) or on ({by}) {waiting})"
+    return warm_pods_only(honest, matchers, by)
 
 
 def prefill_throughput_by_pod(matchers: str, by: str = "namespace, pod") -> str:
@@ -213,11 +236,15 @@ def uncached_waiting_tokens_by_pod(matchers: str, by: str = "namespace, pod") ->
 def backlog_seconds_by_pod(
     matchers: str, assumed_tokens_per_s: float, by: str = "namespace, pod"
 ) -> str:
-    """Seconds of prefill work queued on each engine pod: uncached waiting tokens over the
-    pod's measured prefill throughput, or over ``assumed_tokens_per_s`` where it has none."""
+    """Seconds of prefill work queued on each engine pod not warming up (:func:`warm_pods_only`):
+    uncached waiting tokens over the pod's measured prefill throughput, or over
+    ``assumed_tokens_per_s`` where it has none."""
     tokens = uncached_waiting_tokens_by_pod(matchers, by)
     throughput = prefill_throughput_by_pod(matchers, by)
-    return f"({tokens} / on ({by}) {throughput} or on ({by}) {tokens} / {assumed_tokens_per_s:g})"
+    backlog = (
+        f"({tokens} / on ({by}) {throughput} or on ({by}) {tokens} / {assumed_tokens_per_s:g})"
+    )
+    return warm_pods_only(backlog, matchers, by)
 
 
 def held_requests_total(namespace: str, name: str) -> str:
@@ -276,7 +303,8 @@ def adapter_rules(assumed_tokens_per_s: float) -> list[dict[str, Any]]:
     ``pod`` labels to Kubernetes objects, names the custom metric (custom metric names cannot
     hold a colon) and computes one value per pod with the same per-pod expressions the KEDA
     triggers sum: the mean KV cache usage, the honest waiting requests and the backlog seconds
-    (``assumed_tokens_per_s`` for pods without a measured throughput). prometheus-adapter fills
+    (``assumed_tokens_per_s`` for pods without a measured throughput), none for a pod still
+    warming up (the HPA then treats it as a pod without a value). prometheus-adapter fills
     in ``<<.Series>>``, ``<<.LabelMatchers>>`` (``namespace="ns",pod=~"a|b"``) and
     ``<<.GroupBy>>`` (``pod``).
     """
@@ -286,7 +314,7 @@ def adapter_rules(assumed_tokens_per_s: float) -> list[dict[str, Any]]:
         (
             VLLM_KV_CACHE_USAGE,
             ADAPTER_METRIC_KV_CACHE_USAGE,
-            f"avg by ({by}) (<<.Series>>{{{matchers}}})",
+            f"avg by ({by}) ({warm_pods_only(f'<<.Series>>{{{matchers}}}', matchers, by)})",
         ),
         (
             VLLM_REQUESTS_WAITING,

@@ -255,14 +255,17 @@ class Router:
     async def healthz(self, _scope: Scope, _receive: Receive) -> Response:
         return JSONResponse({"status": "ok"})
 
+    def takes_requests(self) -> bool:
+        """A backend takes traffic, or requests are held while none does (scale from zero: the
+        router, and the endpoint picker, must stay reachable to receive the request that wakes
+        the engines). ``/readyz`` and the picker's gRPC readiness both answer this."""
+        return bool(self.pool.healthy()) or self.hold.hold_s > 0
+
     async def readyz(self, _scope: Scope, _receive: Receive) -> Response:
-        """Ready when a backend takes traffic, or when requests are held while none does (scale
-        from zero: the router must stay in its Service to receive the request that wakes the
-        engines)."""
+        """200 when :meth:`takes_requests`, else 503; the body counts the backends."""
         healthy = len(self.pool.healthy())
         body = {"healthy_backends": healthy, "backends": len(self.pool), "held": self.hold.held}
-        ready = healthy > 0 or self.hold.hold_s > 0
-        return JSONResponse(body, status_code=200 if ready else 503)
+        return JSONResponse(body, status_code=200 if self.takes_requests() else 503)
 
     async def prometheus(self, _scope: Scope, _receive: Receive) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -16,7 +16,8 @@ and an idle hold costs nothing. ``hold_s == 0`` turns holding off (the old immed
 Users: ``Router.routed_endpoint`` and ``Router.models`` (``router.app``) call
 ``await router.hold.backends()`` where they read ``pool.healthy()``; the endpoint picker,
 which shares the :class:`~prefixserving.router.app.Router`, calls the same before its
-routing decision and answers its immediate 503 when it returns no backend.
+routing decision (``PickStream._eligible``) and answers its immediate 503 when it returns no
+backend.
 """
 
 from __future__ import annotations

@@ -75,10 +75,18 @@ class Observation:
     warm: int
 
 
-def _pod_counts(pods: list[dict[str, Any]]) -> tuple[int, int]:
-    """(engine container ready, pod Ready) over the engine pods."""
+def pod_counts(pods: list[dict[str, Any]]) -> tuple[int, int]:
+    """(engine container ready, pod Ready) over the engine pods, one pass over ``pods``.
+
+    A pod being deleted counts in neither: it is leaving, and the Deployment's own counts and
+    the Service's endpoints drop it too. With warm-up on, pod Ready is the warm-up sidecar's
+    readiness (``/readyz`` after its prompts ran) and the engine's, so the second figure is the
+    warm replicas.
+    """
     ready = warm = 0
     for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
         status = pod.get("status") or {}
         if any(
             c.get("name") == ENGINE_CONTAINER and c.get("ready")
@@ -103,7 +111,7 @@ def observe(kube: Kube, namespace: str, name: str, warmup: bool) -> Observation:
         selector = ",".join(f"{k}={v}" for k, v in names.engine_selector(name).items())
         pods = kube.list(POD, namespace, selector)
         if pods:
-            ready, warm = _pod_counts(pods)
+            ready, warm = pod_counts(pods)
     return Observation(engine=engine, router=router, engine_container_ready=ready, warm=warm)
 
 

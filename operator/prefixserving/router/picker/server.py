@@ -10,8 +10,9 @@ Plaintext (``--no-secure-serving``) is for gateways or meshes that connect in th
 (Istio without a TLS DestinationRule for the picker, a mesh that adds mTLS itself).
 
 **Health**: ``liveness`` is SERVING while the process runs; ``readiness`` and the ext_proc
-service are SERVING while at least one engine takes traffic (re-checked every
-``health_interval_s``), NOT_SERVING otherwise, as the router's ``/readyz``.
+service are SERVING while the router takes requests (``Router.takes_requests``: an engine
+takes traffic, or requests are held while none does; re-checked every ``health_interval_s``),
+NOT_SERVING otherwise, as the router's ``/readyz``.
 
 Cost: one task per stream (grpc.aio) and the per-message work of ``picker.stream``.
 """
@@ -60,7 +61,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
         stream = PickStream(self.router, self.config)
         try:
             async for request in request_iterator:
-                for answer in stream.handle(request):
+                for answer in await stream.handle(request):
                     await context.write(answer)
                 if stream.finished:
                     break
@@ -136,7 +137,7 @@ class PickerServer:
         return port
 
     async def _set_readiness(self) -> None:
-        status = SERVING if self.router.pool.healthy() else NOT_SERVING
+        status = SERVING if self.router.takes_requests() else NOT_SERVING
         for service in (protocol.READINESS, protocol.EXT_PROC_SERVICE):
             await self.health.set(service, status)
 

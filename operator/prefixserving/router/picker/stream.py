@@ -19,6 +19,8 @@ mode the gateways configure for an InferencePool):
    (``router.prefix_hashing``, the HTTP router's functions), then :meth:`Router.decide
    <prefixserving.router.app.Router.decide>` (hygiene and hot prefixes, the policy's decision
    with the scraped loads) among the healthy backends, cut to the gateway's subset hint.
+   With no healthy backend the pick waits for one up to the router's ``no_engine_hold_s``
+   (``router.hold``, the HTTP router's hold and held-request gauge), then answers 503.
    The answer names the decision's backend and fallbacks in the header and the dynamic
    metadata (``protocol.pick_in_headers``), then the held chunks follow, echoed in
    ``FULL_DUPLEX_STREAMED`` (the gateway forwards what comes back), passed in ``STREAMED``.
@@ -42,7 +44,8 @@ the HTTP router counts its own. ``added_latency_seconds`` observes the time from
 the picker has what it needs (headers, or the body's last chunk) to its answer.
 
 **Cost** per request: the body reader's (``router.streamed_body``), the key's hashes, one
-policy decision, one answer message per message received plus one for the pick.
+policy decision, one answer message per message received plus one for the pick; a held pick
+costs nothing while it waits (``router.hold``).
 """
 
 from __future__ import annotations
@@ -122,19 +125,20 @@ class PickStream:
 
     # Dispatch -------------------------------------------------------------------------------
 
-    def handle(self, request: ProcessingRequest) -> list[ProcessingResponse]:
-        """The answers to one message from the gateway, in the order to send them."""
+    async def handle(self, request: ProcessingRequest) -> list[ProcessingResponse]:
+        """The answers to one message from the gateway, in the order to send them (awaits only
+        while a pick is held for a Ready engine)."""
         if self._first:
             self._first = False
             self._read_modes(request)
         kind = request.WhichOneof("request")
         if kind == "request_headers":
-            return self._request_headers(request)
+            return await self._request_headers(request)
         if kind == "request_body":
             body = request.request_body
-            return self._request_body(body.body, body.end_of_stream)
+            return await self._request_body(body.body, body.end_of_stream)
         if kind == "request_trailers":
-            return self._request_trailers()
+            return await self._request_trailers()
         if kind == "response_headers":
             return self._response_headers(request)
         if kind == "response_body":
@@ -157,7 +161,7 @@ class PickStream:
 
     # Request --------------------------------------------------------------------------------
 
-    def _request_headers(self, request: ProcessingRequest) -> list[ProcessingResponse]:
+    async def _request_headers(self, request: ProcessingRequest) -> list[ProcessingResponse]:
         ready_at = time.perf_counter()
         message = request.request_headers
         headers = protocol.headers_of(message)
@@ -166,7 +170,7 @@ class PickStream:
         key_function = KEYED_PATHS.get(path) if headers.get(":method") == "POST" else None
         has_body = not message.end_of_stream
         if key_function is None or not has_body:
-            return [self._pick(None, {}, ready_at, in_body=False)]
+            return [await self._pick(None, {}, ready_at, in_body=False)]
         if not _json_content(headers.get("content-type")):
             return [
                 self._reject(
@@ -183,7 +187,7 @@ class PickStream:
             self._start_body(key_function)
             return [protocol.continue_request_headers()]
         if not self.body_before_answer:  # the body comes only after the answer: no key
-            return [self._pick(None, {}, ready_at, in_body=False)]
+            return [await self._pick(None, {}, ready_at, in_body=False)]
         self._start_body(key_function)
         return []
 
@@ -191,7 +195,7 @@ class PickStream:
         self._key_function = key_function
         self._body = StreamedBody(self.router.key_config, self.router.config.max_body_bytes)
 
-    def _request_body(self, chunk: bytes, end_of_stream: bool) -> list[ProcessingResponse]:
+    async def _request_body(self, chunk: bytes, end_of_stream: bool) -> list[ProcessingResponse]:
         if self._body is None:  # picked already: pass the chunk on
             return [self._pass_request_chunk(chunk, end_of_stream)]
         try:
@@ -207,16 +211,19 @@ class PickStream:
         if self.request_mode == ProcessingMode.BUFFERED_PARTIAL and not end_of_stream:
             # the gateway's buffer limit cut the body: what came is all there is to pick by
             self._body = None
-            return [self._pick(None, {}, time.perf_counter(), in_body=True)]
-        return self._end_of_body(last_chunk_ends=True)
+            return [await self._pick(None, {}, time.perf_counter(), in_body=True)]
+        return await self._end_of_body(last_chunk_ends=True)
 
-    def _request_trailers(self) -> list[ProcessingResponse]:
-        answers = self._end_of_body(last_chunk_ends=False) if self._body is not None else []
+    async def _request_trailers(self) -> list[ProcessingResponse]:
+        if self._body is None:
+            answers = []
+        else:
+            answers = await self._end_of_body(last_chunk_ends=False)
         if self.finished:
             return answers
         return [*answers, protocol.continue_request_trailers()]
 
-    def _end_of_body(self, last_chunk_ends: bool) -> list[ProcessingResponse]:
+    async def _end_of_body(self, last_chunk_ends: bool) -> list[ProcessingResponse]:
         """The body is complete: key, pick, then the held chunks."""
         assert self._body is not None and self._key_function is not None
         ready_at = time.perf_counter()
@@ -227,7 +234,7 @@ class PickStream:
         except prefix_hashing.RequestError as error:
             return [self._reject(400, str(error), error.param)]
         in_body = self.request_mode in _BUFFERED
-        answers = [self._pick(key, view, ready_at, in_body=in_body)]
+        answers = [await self._pick(key, view, ready_at, in_body=in_body)]
         if self.finished or in_body:
             return answers
         held, self._held = self._held, []
@@ -242,13 +249,15 @@ class PickStream:
 
     # Picking --------------------------------------------------------------------------------
 
-    def _eligible(self) -> tuple[str, ...]:
-        healthy = self.router.pool.healthy()
+    async def _eligible(self) -> tuple[str, ...]:
+        """The healthy backends (held for up to ``no_engine_hold_s`` while there are none), cut
+        to the gateway's subset hint."""
+        healthy = await self.router.hold.backends()
         if self._subset is None:
             return healthy
         return tuple(b for b in healthy if protocol.endpoint(b) in self._subset)
 
-    def _pick(
+    async def _pick(
         self,
         key: prefix_hashing.PrefixKey | None,
         body: dict[str, Any],
@@ -257,7 +266,7 @@ class PickStream:
         in_body: bool,
     ) -> ProcessingResponse:
         router = self.router
-        eligible = self._eligible()
+        eligible = await self._eligible()
         if self._subset is not None and not eligible:
             router.decide(key, body, ())  # hygiene and hot prefixes still see the request
             return self._unavailable(

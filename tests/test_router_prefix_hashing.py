@@ -8,11 +8,13 @@ import sys
 import pytest
 
 from prefixserving.router.prefix_hashing import (
+    MAX_NESTING,
     ContentKind,
     KeyConfig,
     RequestError,
     chat_key,
     completion_key,
+    nests_deeper_than,
     render_chat,
     replay_body,
 )
@@ -175,3 +177,39 @@ def test_replay_body_keeps_only_the_leading_content() -> None:
     prompt = {"model": "m", "prompt": list(range(50)), "temperature": 1.0}
     tokens = completion_key(prompt, config)
     assert replay_body(prompt, tokens, 2, config) == {"model": "m", "prompt": list(range(8))}
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("field", ["content", "tools"])
+def test_chat_nesting_is_bounded_the_same_at_any_stack_depth(field: str) -> None:
+    """MAX_NESTING levels are keyed and their replay body renders even with most of the
+    interpreter's stack in use; one more level is refused naming the limit. (The limit used
+    to be wherever json.dumps ran out of stack: the key passed and the hot-prefix replay
+    body, rendered deeper in the router's stack, raised RecursionError.)"""
+
+    def body(depth: int) -> dict:
+        if field == "content":
+            return {"model": "m", "messages": [{"role": "user", "content": nested(depth)}]}
+        return {**chat("q"), "tools": nested(depth)}
+
+    assert not nests_deeper_than(nested(MAX_NESTING), MAX_NESTING)
+    assert nests_deeper_than(nested(MAX_NESTING + 1), MAX_NESTING)
+    # content sits two levels below the messages list, tools at the top
+    ok = MAX_NESTING - 2 if field == "content" else MAX_NESTING
+
+    def deep_in_the_stack(levels: int) -> None:
+        if levels:
+            deep_in_the_stack(levels - 1)
+            return
+        key = chat_key(body(ok), CONFIG)
+        replay_body(body(ok), key, len(key.blocks), CONFIG)
+
+    deep_in_the_stack(sys.getrecursionlimit() - 2 * MAX_NESTING - 100)
+    with pytest.raises(RequestError, match=f"more than {MAX_NESTING} levels"):
+        chat_key(body(ok + 1), CONFIG)

@@ -72,7 +72,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixserving.router.policies.base import RoutingPolicy, home
-from prefixserving.router.prefix_hashing import ContentKind, KeyConfig, PrefixKey, replay_body
+from prefixserving.router.prefix_hashing import (
+    ContentKind,
+    KeyConfig,
+    PrefixKey,
+    nests_deeper_than,
+    replay_body,
+)
 
 DEFAULT_LIMIT = 32
 MAX_LIMIT = 1024
@@ -85,13 +91,8 @@ def servable(body: dict[str, Any]) -> bool:
     """Whether the answer can carry ``body`` (parsed JSON): objects and lists nested at most
     ``MAX_REPLAY_DEPTH`` levels (checked without recursion), and strict JSON in UTF-8: no NaN
     or infinity, no lone surrogate (the JSON answer refuses both). Cost: O(size of body)."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_REPLAY_DEPTH:
-            return False
-        children = value.values() if isinstance(value, dict) else value
-        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+    if nests_deeper_than(body, MAX_REPLAY_DEPTH):
+        return False
     try:
         json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
     except ValueError:  # NaN or infinity; UnicodeEncodeError for a lone surrogate

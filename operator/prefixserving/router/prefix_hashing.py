@@ -192,6 +192,26 @@ def _cut(length: int, size: int, depth: int) -> list[tuple[int, int]]:
     return [(i * size, (i + 1) * size) for i in range(count)]
 
 
+# Deepest nesting of lists and objects in 'messages' and 'tools' that a chat key accepts. The
+# canonical rendering (and a hot prefix's replay body) recurses once per level; a fixed bound,
+# checked without recursion, keeps that far below the interpreter's limit wherever the
+# rendering runs, instead of an answer that depends on how deep the caller's stack is.
+MAX_NESTING = 128
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether the lists and objects in ``value`` (parsed JSON) nest more than ``limit``
+    levels (``value`` itself, if a container, is level 1). Iterative; O(containers)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        container, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = container.values() if isinstance(container, dict) else container
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def _canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -311,10 +331,14 @@ def chat_key(body: Mapping[str, Any], config: KeyConfig) -> PrefixKey:
     if not isinstance(messages, list) or not all(isinstance(m, Mapping) for m in messages):
         raise RequestError("'messages' must be a list of message objects", param="messages")
     salt = _salt(body)
-    try:
-        text, _ = render_chat(messages, body.get("tools"), config.max_chars)
-    except RecursionError:  # json.dumps of a part nested about as deep as json.loads went
-        raise RequestError("'messages' or 'tools' is nested too deeply", "messages") from None
+    tools = body.get("tools")
+    if nests_deeper_than(messages, MAX_NESTING) or nests_deeper_than(tools, MAX_NESTING):
+        raise RequestError(
+            f"'messages' or 'tools' nests lists and objects more than {MAX_NESTING} levels"
+            " deep; flatten the deepest part",
+            "messages",
+        )
+    text, _ = render_chat(messages, tools, config.max_chars)
     spans = _cut(len(text), config.block_chars, config.prefix_blocks)
     seed = _namespace(ContentKind.CHAT, _adapter(model, config), salt)
     blocks = chain_hashes(seed, [_utf8(text[a:b], "messages") for a, b in spans])

@@ -200,8 +200,7 @@ def test_chat_nesting_is_bounded_the_same_at_any_stack_depth(field: str) -> None
 
     assert not nests_deeper_than(nested(MAX_NESTING), MAX_NESTING)
     assert nests_deeper_than(nested(MAX_NESTING + 1), MAX_NESTING)
-    # content sits two levels below the messages list, tools at the top
-    ok = MAX_NESTING - 2 if field == "content" else MAX_NESTING
+    ok = MAX_NESTING
 
     def deep_in_the_stack(levels: int) -> None:
         if levels:

@@ -192,7 +192,8 @@ def _cut(length: int, size: int, depth: int) -> list[tuple[int, int]]:
     return [(i * size, (i + 1) * size) for i in range(count)]
 
 
-# Deepest nesting of lists and objects in 'messages' and 'tools' that a chat key accepts. The
+# Deepest nesting of lists and objects in the fields a chat key renders ('tools', a message's
+# 'content' and 'tool_calls') that it accepts; other fields are the engine's to judge. The
 # canonical rendering (and a hot prefix's replay body) recurses once per level; a fixed bound,
 # checked without recursion, keeps that far below the interpreter's limit wherever the
 # rendering runs, instead of an answer that depends on how deep the caller's stack is.
@@ -332,10 +333,11 @@ def chat_key(body: Mapping[str, Any], config: KeyConfig) -> PrefixKey:
         raise RequestError("'messages' must be a list of message objects", param="messages")
     salt = _salt(body)
     tools = body.get("tools")
-    if nests_deeper_than(messages, MAX_NESTING) or nests_deeper_than(tools, MAX_NESTING):
+    rendered = [tools] + [m.get(f) for m in messages for f in ("content", "tool_calls")]
+    if any(nests_deeper_than(value, MAX_NESTING) for value in rendered):
         raise RequestError(
-            f"'messages' or 'tools' nests lists and objects more than {MAX_NESTING} levels"
-            " deep; flatten the deepest part",
+            "'tools' or a message's 'content' or 'tool_calls' nests lists and objects more"
+            f" than {MAX_NESTING} levels deep; flatten the deepest part",
             "messages",
         )
     text, _ = render_chat(messages, tools, config.max_chars)

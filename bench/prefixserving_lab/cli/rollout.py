@@ -96,6 +96,7 @@ def rollout(
     }
     json_path, md_path = write_results(out_dir, "rollout", payload, text)
     png_path = out_dir / "rollout.png"
-    curve_chart(rollout_curves(outcomes), "The fleet after a rolling update (simulated)", png_path)
+    title = "The fleet after a rolling update (simulated)"
+    curve_chart(rollout_curves(outcomes), title, "the rollout's start", png_path)
     click.echo(text)
     click.echo(f"wrote {json_path}, {md_path} and {png_path}")

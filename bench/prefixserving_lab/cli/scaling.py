@@ -114,6 +114,6 @@ def scaling(
     signals, curves = scaling_curves(outcomes)
     png_path = out_dir / "scaling.png"
     title = f"New replicas after a scale-out, `{signals}` signals (simulated)"
-    curve_chart(curves, title, png_path)
+    curve_chart(curves, title, "each new replica's first request", png_path)
     click.echo(text)
     click.echo(f"wrote {json_path}, {md_path} and {png_path}")

@@ -30,8 +30,11 @@ def curve_table(curves: Mapping[str, Sequence[CurveBucket]]) -> str:
     return table(header, rows)
 
 
-def curve_chart(curves: Mapping[str, Sequence[CurveBucket]], title: str, path: Path) -> None:
-    """``path`` (PNG): TTFT p99 and hit rate against age in minutes, one line per run."""
+def curve_chart(
+    curves: Mapping[str, Sequence[CurveBucket]], title: str, age: str, path: Path
+) -> None:
+    """``path`` (PNG): TTFT p99 and hit rate against age in minutes (``age`` says from what),
+    one line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,7 +48,7 @@ def curve_chart(curves: Mapping[str, Sequence[CurveBucket]], title: str, path: P
     ttft.set_title("TTFT p99 (s)")
     hits.set_title("prefix-cache hit rate")
     for ax in (ttft, hits):
-        ax.set_xlabel("minutes after the event")
+        ax.set_xlabel(f"minutes after {age}")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)

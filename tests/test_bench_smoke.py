@@ -54,9 +54,21 @@ def run_script(script: str, *args: str, timeout_s: float = ENGINE_TIMEOUT_S) -> 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+CURVE_ARGS = ["--curve-minutes", "2", "--curve-bucket-s", "30"]
+CURVE_ROWS = ["| 0-0.5 |", "| 0.5-1 |", "| 1-1.5 |", "| 1.5-2 |"]
+
+
+def curve_rows(markdown: str, section: str) -> list[str]:
+    """The interval cells of the curve table under the ``section`` heading of ``markdown``."""
+    after = markdown.split(f"\n## {section}", 1)[1]
+    return [
+        line[: line.index(" |", 2) + 2] for line in after.splitlines() if line.startswith("| ")
+    ][1:]
+
+
 def test_bench_scaling_smoke(tmp_path: Path) -> None:
     args = ["bench", "scaling", "--duration-s", "240", "--burst", "60:120", "--signals", "both"]
-    result = CliRunner().invoke(main, [*args, "--out-dir", str(tmp_path)])
+    result = CliRunner().invoke(main, [*args, *CURVE_ARGS, "--out-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = results(tmp_path, "scaling", "Autoscaling in the cluster simulator")
     assert data["benchmark"] == "scaling" and data["requests"] > 0
@@ -66,15 +78,31 @@ def test_bench_scaling_smoke(tmp_path: Path) -> None:
         ("both", False),
     ]
     assert {"react_s", "replica_minutes", "ttft_p99_s", "fresh_hit_rate"} <= set(data["runs"][0])
+    assert data["curve"] == {"span_s": 120.0, "bucket_s": 30.0}
+    for run in data["runs"]:
+        assert [b["start_s"] for b in run["curve"]] == [0.0, 30.0, 60.0, 90.0]
+        assert {"requests", "ttft_p50_s", "ttft_p99_s", "hit_rate"} <= set(run["curve"][0])
+    assert data["runs"][0]["curve"][0]["requests"] > 0  # the burst added a replica
+    markdown = (tmp_path / "scaling.md").read_text()
+    assert curve_rows(markdown, "Warm-up curve of the new replicas (`both` signals)") == CURVE_ROWS
+    assert (tmp_path / "scaling.png").stat().st_size > 0
 
 
 def test_bench_rollout_smoke(tmp_path: Path) -> None:
     args = ["bench", "rollout", "--duration-s", "600", "--start-s", "60", "--replicas", "2"]
-    result = CliRunner().invoke(main, [*args, "--load-s", "10", "--out-dir", str(tmp_path)])
+    args += ["--load-s", "10", *CURVE_ARGS]
+    result = CliRunner().invoke(main, [*args, "--out-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = results(tmp_path, "rollout", "TTFT during a rolling update")
     assert [r["mode"] for r in data["runs"]] == ["steady", "cold", "warmed"]
     assert {"rollout_s", "ttft_p50_s", "ttft_p99_s", "hit_rate"} <= set(data["runs"][1])
+    assert data["curve"] == {"span_s": 120.0, "bucket_s": 30.0}
+    # The same traffic in the three runs: the same requests in every interval.
+    counts = {tuple(b["requests"] for b in run["curve"]) for run in data["runs"]}
+    assert len(counts) == 1 and min(next(iter(counts))) > 0, counts
+    markdown = (tmp_path / "rollout.md").read_text()
+    assert curve_rows(markdown, "Warm-up curve of the fleet") == CURVE_ROWS
+    assert (tmp_path / "rollout.png").stat().st_size > 0
 
 
 def test_bench_faults_smoke(tmp_path: Path, shared_dir: Path) -> None:

@@ -8,6 +8,7 @@ from prefixserving_lab.models.cluster import hit_rate
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.models.rollout import RolloutSetup
+from prefixserving_lab.runners.curves import CurveSpec
 from prefixserving_lab.runners.rollout import RolloutRun, compare, run_rollout
 from prefixserving_lab.runners.scaling import fresh_outcomes
 from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
@@ -74,3 +75,18 @@ def test_compare_measures_the_same_window_for_every_mode() -> None:
     assert len({o.window_s for o in outcomes}) == 1
     assert len({o.requests for o in outcomes}) == 1
     assert all(o.ttft_p99_s >= o.ttft_p50_s for o in outcomes)
+
+
+def test_compare_curves_the_whole_fleet_from_the_rollout_start(
+    runs: dict[str, RolloutRun],
+) -> None:
+    spec = CurveSpec(span_s=120.0, bucket_s=40.0)
+    outcomes = {o.mode: o for o in compare(_requests(), SETUP, spec)}
+    for mode, run in runs.items():
+        buckets = outcomes[mode].curve
+        assert [(b.start_s, b.end_s) for b in buckets] == [(0, 40), (40, 80), (80, 120)]
+        for b in buckets:
+            start = SETUP.start_s + b.start_s
+            inside = [o for o in run.result.outcomes if start <= o.arrival_s < start + 40]
+            assert b.requests == len(inside) > 0, (mode, b)
+            assert b.hit_rate == hit_rate(inside)

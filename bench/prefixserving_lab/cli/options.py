@@ -1,6 +1,7 @@
 """Options the bench commands share: the conversation trace and its time compression with
-burst windows (``bench scaling``, ``bench rollout``), the policy names and the command line as
-run (``bench cluster``, ``bench faults``)."""
+burst windows and the warm-up curve's length and interval (``bench scaling``, ``bench
+rollout``), the policy names and the command line as run (``bench cluster``, ``bench
+faults``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import click
 
 from prefixserving.router.policies.registry import POLICY_NAMES
 from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
+from prefixserving_lab.runners.curves import DEFAULT_BUCKET_S, DEFAULT_SPAN_S, CurveSpec
 from prefixserving_lab.workloads.conversations import DEFAULT_TRACE
 
 
@@ -72,6 +74,36 @@ def schedule_options(
         return command
 
     return apply
+
+
+def curve_options(command: click.Command) -> click.Command:
+    """``--curve-minutes`` and ``--curve-bucket-s``: the warm-up curve's length and interval
+    (read them with :func:`curve_spec`)."""
+    positive = click.FloatRange(min=0, min_open=True)
+    command = click.option(
+        "--curve-bucket-s",
+        type=positive,
+        default=DEFAULT_BUCKET_S,
+        show_default=True,
+        help="Interval of the warm-up curve, in seconds.",
+    )(command)
+    return click.option(
+        "--curve-minutes",
+        type=positive,
+        default=DEFAULT_SPAN_S / 60,
+        show_default=True,
+        help="Length of the warm-up curve after the event, in minutes.",
+    )(command)
+
+
+def curve_spec(minutes: float, bucket_s: float) -> CurveSpec:
+    """The curve of ``--curve-minutes`` and ``--curve-bucket-s``, or a usage error naming both."""
+    if bucket_s > minutes * 60:
+        raise click.UsageError(
+            f"--curve-bucket-s {bucket_s:g} is longer than --curve-minutes {minutes:g}: "
+            "give an interval of at most the curve's length"
+        )
+    return CurveSpec(span_s=minutes * 60, bucket_s=bucket_s)
 
 
 def command_line(ctx: click.Context) -> str:

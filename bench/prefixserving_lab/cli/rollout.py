@@ -8,12 +8,18 @@ from pathlib import Path
 
 import click
 
-from prefixserving_lab.cli.options import parse_window, schedule_options
+from prefixserving_lab.cli.options import (
+    curve_options,
+    curve_spec,
+    parse_window,
+    schedule_options,
+)
 from prefixserving_lab.machine import machine
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.rollout import RolloutSetup
+from prefixserving_lab.reports.curves import curve_chart
 from prefixserving_lab.reports.files import write_results
-from prefixserving_lab.reports.rollout import rollout_markdown
+from prefixserving_lab.reports.rollout import rollout_curves, rollout_markdown
 from prefixserving_lab.runners.rollout import compare
 from prefixserving_lab.workloads.conversations import (
     BurstSchedule,
@@ -34,6 +40,7 @@ from prefixserving_lab.workloads.conversations import (
     help="Pod start to engine up (scheduling, image pull, model load).",
 )
 @click.option("--hot-prefixes", type=int, default=32, show_default=True)
+@curve_options
 @click.option(
     "--out-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -51,13 +58,19 @@ def rollout(
     start_s: float,
     load_s: float,
     hot_prefixes: int,
+    curve_minutes: float,
+    curve_bucket_s: float,
     out_dir: Path,
 ) -> None:
     """Roll every engine pod once, with cold and with warmed new pods, against a steady run.
 
-    Writes OUT_DIR/rollout.json and OUT_DIR/rollout.md. Example:
+    The warm-up curve (TTFT p50/p99 and hit rate of the fleet per --curve-bucket-s from the
+    rollout's start, for --curve-minutes) is in both files and in OUT_DIR/rollout.png.
+
+    Writes OUT_DIR/rollout.json, OUT_DIR/rollout.md and OUT_DIR/rollout.png. Example:
     prefixserving bench rollout --replicas 4 --base-scale 4 --out-dir bench/results
     """
+    curve = curve_spec(curve_minutes, curve_bucket_s)
     schedule = BurstSchedule(
         duration_s, base_scale, burst_scale, tuple(parse_window(b) for b in bursts)
     )
@@ -70,7 +83,7 @@ def rollout(
     )
     record = machine()
     requests = bursty_conversations(schedule, setup.shape, trace)
-    outcomes = compare(requests, setup)
+    outcomes = compare(requests, setup, curve)
     text = rollout_markdown(outcomes, setup, len(requests), trace.name, record)
     payload = {
         "benchmark": "rollout",
@@ -78,8 +91,12 @@ def rollout(
         "trace": trace.name,
         "requests": len(requests),
         "setup": asdict(setup),
+        "curve": asdict(curve),
         "runs": [o.summary() for o in outcomes],
     }
     json_path, md_path = write_results(out_dir, "rollout", payload, text)
+    png_path = out_dir / "rollout.png"
+    title = "The fleet after a rolling update (simulated)"
+    curve_chart(rollout_curves(outcomes), title, "the rollout's start", png_path)
     click.echo(text)
-    click.echo(f"wrote {json_path} and {md_path}")
+    click.echo(f"wrote {json_path}, {md_path} and {png_path}")

@@ -8,12 +8,18 @@ from pathlib import Path
 
 import click
 
-from prefixserving_lab.cli.options import parse_window, schedule_options
+from prefixserving_lab.cli.options import (
+    curve_options,
+    curve_spec,
+    parse_window,
+    schedule_options,
+)
 from prefixserving_lab.machine import machine
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.scaling import SIGNAL_SETS, ScalingSetup
+from prefixserving_lab.reports.curves import curve_chart
 from prefixserving_lab.reports.files import write_results
-from prefixserving_lab.reports.scaling import scaling_markdown
+from prefixserving_lab.reports.scaling import scaling_curves, scaling_markdown
 from prefixserving_lab.runners.scaling import compare
 from prefixserving_lab.workloads.conversations import (
     BurstSchedule,
@@ -43,6 +49,7 @@ from prefixserving_lab.workloads.conversations import (
     help="Pod start to engine up (scheduling, image pull, model load).",
 )
 @click.option("--hot-prefixes", type=int, default=32, show_default=True)
+@curve_options
 @click.option(
     "--out-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -61,14 +68,21 @@ def scaling(
     max_replicas: int,
     load_s: float,
     hot_prefixes: int,
+    curve_minutes: float,
+    curve_bucket_s: float,
     out_dir: Path,
 ) -> None:
     """Run the HPA on KV usage, queue depth, backlog seconds and their combinations, cold vs
     warmed new replicas.
 
-    Writes OUT_DIR/scaling.json and OUT_DIR/scaling.md. Example:
+    The warm-up curve (TTFT p50/p99 and hit rate of the new replicas per --curve-bucket-s,
+    each replica's requests from its own first request, for --curve-minutes) is in both files
+    and in OUT_DIR/scaling.png.
+
+    Writes OUT_DIR/scaling.json, OUT_DIR/scaling.md and OUT_DIR/scaling.png. Example:
     prefixserving bench scaling --burst 480:840 --burst-scale 6 --out-dir bench/results
     """
+    curve = curve_spec(curve_minutes, curve_bucket_s)
     schedule = BurstSchedule(
         duration_s, base_scale, burst_scale, tuple(parse_window(b) for b in bursts)
     )
@@ -82,13 +96,14 @@ def scaling(
     record = machine()
     requests = bursty_conversations(schedule, setup.shape, trace)
     click.echo(f"{len(requests)} requests over {duration_s:.0f} s; running {len(signal_sets) * 3}")
-    outcomes = compare(requests, setup, signal_sets)
+    outcomes = compare(requests, setup, signal_sets, curve)
     payload = {
         "benchmark": "scaling",
         "machine": record,
         "trace": trace.name,
         "requests": len(requests),
         "setup": asdict(setup),
+        "curve": asdict(curve),
         "runs": [
             {**o.summary(), "syncs": [asdict(s) for s in o.syncs if s.desired != s.current]}
             for o in outcomes
@@ -96,5 +111,9 @@ def scaling(
     }
     text = scaling_markdown(outcomes, setup, len(requests), trace.name, record)
     json_path, md_path = write_results(out_dir, "scaling", payload, text)
+    signals, curves = scaling_curves(outcomes)
+    png_path = out_dir / "scaling.png"
+    title = f"New replicas after a scale-out, `{signals}` signals (simulated)"
+    curve_chart(curves, title, "each new replica's first request", png_path)
     click.echo(text)
-    click.echo(f"wrote {json_path} and {md_path}")
+    click.echo(f"wrote {json_path}, {md_path} and {png_path}")

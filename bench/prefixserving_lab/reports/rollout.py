@@ -1,5 +1,6 @@
 """``rollout.md``: TTFT during a rolling update (``prefixserving bench rollout``), with cold
-and warmed new pods against the same window of a steady run."""
+and warmed new pods against the same window of a steady run, then the fleet's warm-up curve
+from the rollout's start in the three runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import Mapping, Sequence
 
 from prefixserving_lab.machine import machine_line
 from prefixserving_lab.models.rollout import RolloutSetup
+from prefixserving_lab.reports.curves import curve_table
 from prefixserving_lab.reports.files import table
+from prefixserving_lab.runners.curves import CurveBucket
 from prefixserving_lab.runners.rollout import RolloutOutcome
 
 
@@ -18,7 +21,7 @@ def rollout_markdown(
     trace: str,
     machine: Mapping[str, object],
 ) -> str:
-    """The steady, cold and warmed runs as a table, with the machine line."""
+    """The steady, cold and warmed runs as a table, their curves, the machine line."""
     by_mode = {o.mode: o for o in outcomes}
     steady = by_mode["steady"].ttft_p99_s
     rows = [
@@ -56,7 +59,19 @@ def rollout_markdown(
             "",
             table(header, rows),
             "",
+            "## Warm-up curve of the fleet",
+            "",
+            f"Every request aged from the rollout's start ({setup.start_s:.0f} s; the same "
+            "instant in the steady run); n: requests in the interval. Simulated.",
+            "",
+            curve_table(rollout_curves(outcomes)),
+            "",
             f"Machine: {machine_line(machine)}. Simulated time: the figures do not depend on "
             "the machine or its load.",
         ]
     )
+
+
+def rollout_curves(outcomes: Sequence[RolloutOutcome]) -> dict[str, tuple[CurveBucket, ...]]:
+    """Each run's curve by its mode (steady, cold, warmed)."""
+    return {o.mode: o.curve for o in outcomes}

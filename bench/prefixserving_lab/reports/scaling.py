@@ -1,14 +1,18 @@
 """``scaling.md``: the autoscaling runs of ``prefixserving bench scaling`` as a table, with one
 finding per signal set (warmed against cold new replicas) and per run without a scale-down
-window."""
+window, then the warm-up curve of the new replicas, cold and warmed, on the project's default
+signals (every signal set's curve is in the JSON)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from prefixserving.api.defaults import SIGNALS
 from prefixserving_lab.machine import machine_line
-from prefixserving_lab.models.scaling import ScalingSetup
+from prefixserving_lab.models.scaling import SIGNAL_SETS, ScalingSetup
+from prefixserving_lab.reports.curves import curve_table
 from prefixserving_lab.reports.files import fmt, table
+from prefixserving_lab.runners.curves import CurveBucket
 from prefixserving_lab.runners.scaling import ScalingOutcome
 
 
@@ -58,6 +62,7 @@ def scaling_markdown(
     ]
     bursts = ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in s.bursts)
     findings = _findings(outcomes)
+    signals, curves = scaling_curves(outcomes)
     return "\n".join(
         [
             "# Autoscaling in the cluster simulator",
@@ -78,10 +83,34 @@ def scaling_markdown(
             "",
             *findings,
             "",
+            f"## Warm-up curve of the new replicas (`{signals}` signals)",
+            "",
+            "Each new replica's requests aged from its own first request, pooled over the "
+            "replicas the run added; n: requests in the interval. Simulated.",
+            "",
+            curve_table(curves),
+            "",
             f"Machine: {machine_line(machine)}. Simulated time: the figures do not depend on "
             "the machine or its load.",
         ]
     )
+
+
+def scaling_curves(
+    outcomes: Sequence[ScalingOutcome],
+) -> tuple[str, dict[str, tuple[CurveBucket, ...]]]:
+    """The signal set the report's curve shows (the project's default signals where they ran,
+    else the first run's) and its cold and warmed curves, with the default scale-down window.
+    ``ValueError`` without both a cold and a warmed run of that signal set."""
+    window = outcomes[0].scale_down_window_s
+    by_key = {(o.signals, o.warmup): o for o in outcomes if o.scale_down_window_s == window}
+    ran = [o.signals for o in outcomes]
+    default = [name for name in ran if SIGNAL_SETS[name] == SIGNALS]
+    signals = default[0] if default else ran[0]
+    cold, warm = by_key.get((signals, False)), by_key.get((signals, True))
+    if cold is None or warm is None:
+        raise ValueError(f"the curve of `{signals}` needs a cold and a warmed run")
+    return signals, {"cold": cold.curve, "warmed": warm.curve}
 
 
 def _findings(outcomes: Sequence[ScalingOutcome]) -> list[str]:

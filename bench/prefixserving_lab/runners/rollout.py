@@ -4,7 +4,9 @@ warm-up of the new pods.
 :func:`compare` runs the same traffic three times: ``steady`` (no rollout), ``cold`` and
 ``warmed`` new pods. **Reported** (:class:`RolloutOutcome`): rollout duration, TTFT p50/p99
 and hit rate of the requests that arrived during the rollout, and the same window in the
-steady run for reference.
+steady run for reference; the warm-up curve of the whole fleet
+(:mod:`prefixserving_lab.runners.curves`): TTFT p50/p99 and hit rate per interval of the
+requests aged from the rollout's start (the same instant in the steady run).
 
 Deterministic; cost: one cluster simulation per run.
 """
@@ -19,6 +21,13 @@ from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, Clust
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.rollout import RollingUpdate, RolloutSetup
 from prefixserving_lab.reports.files import rounded
+from prefixserving_lab.runners.curves import (
+    DEFAULT_CURVE,
+    CurveBucket,
+    CurveSpec,
+    ages_since,
+    curve,
+)
 from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.traces import TraceRequest
 
@@ -37,9 +46,13 @@ class RolloutOutcome:
     ttft_p99_s: float
     hit_rate: float
     requests: int
+    curve: tuple[CurveBucket, ...]
 
     def summary(self) -> dict[str, object]:
-        return {name: rounded(getattr(self, name)) for name in self.__dataclass_fields__}
+        """Every figure rounded for reports, the curve as one dict per bucket."""
+        out = {name: rounded(getattr(self, name)) for name in self.__dataclass_fields__}
+        out["curve"] = [b.summary() for b in self.curve]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +81,12 @@ def run_rollout(requests: Sequence[TraceRequest], setup: RolloutSetup, mode: str
     return RolloutRun(duration, result, tuple(fleet.started))
 
 
-def compare(requests: Sequence[TraceRequest], setup: RolloutSetup) -> list[RolloutOutcome]:
+def compare(
+    requests: Sequence[TraceRequest], setup: RolloutSetup, curve_spec: CurveSpec = DEFAULT_CURVE
+) -> list[RolloutOutcome]:
     """Steady, cold and warmed runs, all measured over the same window: from the rollout's
-    start to the end of the longer of the two rollouts."""
+    start to the end of the longer of the two rollouts; each with its curve over
+    ``curve_spec`` from the rollout's start."""
     runs = {mode: run_rollout(requests, setup, mode) for mode in MODES}
     durations = [runs[mode].duration_s for mode in ("cold", "warmed")]
     if any(d is None for d in durations):
@@ -89,6 +105,7 @@ def compare(requests: Sequence[TraceRequest], setup: RolloutSetup) -> list[Rollo
                 quantile(ttfts, 0.99),
                 hit_rate(inside),
                 len(inside),
+                curve(ages_since(run.result.outcomes, setup.start_s), curve_spec),
             )
         )
     return out

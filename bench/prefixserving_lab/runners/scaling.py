@@ -15,7 +15,10 @@ warmed, then without a scale-down stabilization window.
   with no scale-down stabilization window;
 - the cluster's prefix-cache hit rate;
 - ``fresh_*``: TTFT p50/p99 and hit rate of the first ``FRESH_REQUESTS`` (100) requests each
-  replica added during the run served: what warm-up is for.
+  replica added during the run served: what warm-up is for;
+- ``curve``: the warm-up curve of the added replicas (:mod:`prefixserving_lab.runners.curves`):
+  TTFT p50/p99 and hit rate per interval, each replica's requests aged from its own first
+  request.
 
 Deterministic; cost: one cluster simulation per run (seconds for tens of thousands of requests).
 """
@@ -39,6 +42,13 @@ from prefixserving_lab.models.cluster import (
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow
 from prefixserving_lab.models.scaling import SIGNAL_SETS, HpaLoop, ScalingSetup, SyncRecord
 from prefixserving_lab.reports.files import rounded
+from prefixserving_lab.runners.curves import (
+    DEFAULT_CURVE,
+    CurveBucket,
+    CurveSpec,
+    ages_since_first_request,
+    curve,
+)
 from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.traces import TraceRequest
 
@@ -65,6 +75,7 @@ class ScalingOutcome:
     scale_ups: int
     scale_downs: int
     peak_replicas: int
+    curve: tuple[CurveBucket, ...]
     syncs: tuple[SyncRecord, ...]
 
     def summary(self) -> dict[str, object]:
@@ -72,15 +83,22 @@ class ScalingOutcome:
         out: dict[str, object] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if name != "syncs":
+            if name == "curve":
+                out[name] = [b.summary() for b in self.curve]
+            elif name != "syncs":
                 out[name] = rounded(value)
         return out
 
 
 def run_scaling(
-    requests: Sequence[TraceRequest], setup: ScalingSetup, signals: str, warmup: bool
+    requests: Sequence[TraceRequest],
+    setup: ScalingSetup,
+    signals: str,
+    warmup: bool,
+    curve_spec: CurveSpec = DEFAULT_CURVE,
 ) -> ScalingOutcome:
-    """One simulated run with the HPA on ``signals`` and new replicas warmed or cold."""
+    """One simulated run with the HPA on ``signals`` and new replicas warmed or cold; the
+    added replicas' warm-up curve over ``curve_spec``."""
     policy = make_policy(setup.policy)
     lifecycle = replace(setup.lifecycle, warmup=warmup)
     hot = HotPrefixWindow(requests, lifecycle.window_s, lifecycle.min_hits)
@@ -91,20 +109,21 @@ def run_scaling(
     fleet.seed(sim, setup.min_replicas)
     result = sim.run(requests)
     window_s = hpa.behavior.scale_down.stabilization_window_s
-    return _outcome(signals, warmup, window_s, setup, loop, fleet, result)
+    return _outcome(signals, warmup, window_s, setup, loop, fleet, result, curve_spec)
 
 
 def compare(
     requests: Sequence[TraceRequest],
     setup: ScalingSetup,
     signal_sets: Sequence[str] = tuple(SIGNAL_SETS),
+    curve_spec: CurveSpec = DEFAULT_CURVE,
 ) -> list[ScalingOutcome]:
     """Every signal set, cold and warmed, on the same requests; then every signal set with cold
     replicas and no scale-down stabilization window (what the window does against flapping)."""
     no_window = replace(setup, scale_down_window_s=0)
-    return [run_scaling(requests, setup, s, w) for s in signal_sets for w in (False, True)] + [
-        run_scaling(requests, no_window, s, False) for s in signal_sets
-    ]
+    return [
+        run_scaling(requests, setup, s, w, curve_spec) for s in signal_sets for w in (False, True)
+    ] + [run_scaling(requests, no_window, s, False, curve_spec) for s in signal_sets]
 
 
 def _outcome(
@@ -115,6 +134,7 @@ def _outcome(
     loop: HpaLoop,
     fleet: Fleet,
     result: ClusterResult,
+    curve_spec: CurveSpec,
 ) -> ScalingOutcome:
     reacts, capacities = [], []
     for start_s, _end_s in setup.schedule.bursts:
@@ -152,6 +172,7 @@ def _outcome(
         scale_ups=directions.count(1),
         scale_downs=directions.count(-1),
         peak_replicas=max((s.desired for s in loop.syncs), default=setup.min_replicas),
+        curve=curve(ages_since_first_request(result.outcomes, fleet.started), curve_spec),
         syncs=tuple(loop.syncs),
     )
 

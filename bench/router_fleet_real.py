@@ -281,7 +281,7 @@ async def drive(
                     return await router_in_flight(client, fleet[victim].url) >= in_flight[victim]
 
                 await wait_until(forwarded, "forwarding of the requests sent to the victim")
-            at_signal = in_flight[victim]
+            at_signal, sent_before = in_flight[victim], sent
             process = fleet[victim].process
             signalled = time.perf_counter()
             os.killpg(process.pid, SIGNALS[run.stop])
@@ -289,7 +289,7 @@ async def drive(
             return {
                 "signal": run.stop,
                 "router": victim,
-                "sent_before": sent,
+                "sent_before": sent_before,
                 "in_flight_at_signal": at_signal,
                 "exit_code": code,
                 "exit_s": time.perf_counter() - signalled,

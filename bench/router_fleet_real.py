@@ -496,7 +496,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         "Hit rate: the engines' `vllm:prefix_cache_hits_total` / `_queries_total` over the "
         "run. Which engine served a request: its `request_id` in that engine's request log. "
         "Groups on one engine: the share of groups whose served requests all reached one "
-        "engine; with 3 routers, most groups went through 2 or 3 of them. "
+        "engine; groups via 2+ routers: those whose requests came through more than one router. "
         f"TTFT over the {requests} requests of a run (p99 is about the maximum), first tries "
         "only; read it as indicative: both engines share this machine's cores. "
         "The SIGKILL run's hit rate counts the retried requests' prompts too. "

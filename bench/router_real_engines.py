@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 
 from prefixserving_lab.machine import machine, machine_line
 from prefixserving_lab.reports.files import write_results
@@ -51,8 +50,8 @@ from prefixserving_lab.runners.client import replay
 from prefixserving_lab.runners.stack.engines import (
     MODEL_NAME,
     EngineConfig,
+    engine_counters,
     running_engines,
-    sum_metric,
 )
 from prefixserving_lab.runners.stack.processes import free_port, stop_process, wait_http_ok
 from prefixserving_lab.stats import quantile
@@ -145,18 +144,6 @@ def started(spec: RouterSpec, backends: list[str], log: Path) -> Iterator[str]:
         yield url
     finally:
         stop_process(proc, grace_s=20.0)
-
-
-def engine_counters(urls: list[str]) -> dict[str, dict[str, float]]:
-    out = {}
-    for url in urls:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        out[url] = {
-            name: sum_metric(text, f"vllm:{name}")
-            for name in ("prefix_cache_hits_total", "prefix_cache_queries_total",
-                         "request_success_total")
-        }  # fmt: skip
-    return out
 
 
 async def engine_contention(urls: list[str], prompt_tokens: int, rounds: int = 3) -> dict:

@@ -246,6 +246,19 @@ def test_router_real_engines_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_router_fleet_real_smoke(tmp_path: Path) -> None:
+    run_script(
+        "router_fleet_real.py",
+        *("--groups", "2", "--per-group", "3", "--prefix-tokens", "128", "--out", str(tmp_path)),
+    )
+    data = results(tmp_path, "router-fleet-real", "Prefix routers in front of real engines")
+    assert [r["routers"] for r in data["runs"]] == [1, 3, 3, 3, 3]
+    assert all(r["hit_rate"] is not None for r in data["runs"])
+    assert data["runs"][1]["failed"] == 0 and data["runs"][2]["stop"]["signal"] == "SIGTERM"
+    assert isinstance(data["goals"]["hit_rate_met"], bool)
+
+
+@pytest.mark.slow
 def test_warmup_real_engine_smoke(tmp_path: Path) -> None:
     run_script(
         "warmup_real_engine.py",

@@ -282,3 +282,21 @@ def sum_metric(metrics_text: str, name: str) -> float:
             if sample.name == name:
                 total += sample.value
     return total
+
+
+# The engine counters a routing benchmark reads before and after a run (names without ``vllm:``).
+ROUTING_COUNTERS = (
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+    "request_success_total",
+)
+
+
+def engine_counters(urls: Sequence[str]) -> dict[str, dict[str, float]]:
+    """:data:`ROUTING_COUNTERS` of every engine in ``urls`` now, by URL (one ``/metrics`` GET
+    each); a run's figures are the differences of two readings."""
+    out = {}
+    for url in urls:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        out[url] = {name: sum_metric(text, f"vllm:{name}") for name in ROUTING_COUNTERS}
+    return out

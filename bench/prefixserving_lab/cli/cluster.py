@@ -10,7 +10,7 @@ import click
 
 from prefixserving.api.defaults import ROUTER_REPLICAS
 from prefixserving.router.policies.registry import POLICY_NAMES
-from prefixserving_lab.cli.options import command_line, policy_names
+from prefixserving_lab.cli.options import command_line, out_dir_option, policy_names
 from prefixserving_lab.machine import machine
 from prefixserving_lab.models.peer_routers import sim_policy_names
 from prefixserving_lab.models.replica import ServiceModel
@@ -84,12 +84,7 @@ ALL_POLICIES = sim_policy_names(POLICY_NAMES)
     "blocks / N.",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Use the first N requests.")
-@click.option(
-    "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("bench/results"),
-    show_default=True,
-)
+@out_dir_option
 @click.option(
     "--name",
     default="cluster",

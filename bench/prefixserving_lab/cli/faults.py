@@ -12,7 +12,7 @@ import click
 
 from prefixserving.api.defaults import ROUTER_REPLICAS
 from prefixserving_lab.cli.cluster import DEFAULT_TRACE
-from prefixserving_lab.cli.options import command_line, policy_names
+from prefixserving_lab.cli.options import command_line, load_s_option, out_dir_option, policy_names
 from prefixserving_lab.machine import machine
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.replica import ServiceModel
@@ -48,13 +48,7 @@ from prefixserving_lab.workloads.traces import load_mooncake
     show_default=True,
     help="Seconds before the removed engines' Deployment is scaled back.",
 )
-@click.option(
-    "--load-s",
-    type=click.FloatRange(0),
-    default=90.0,
-    show_default=True,
-    help="Pod start to engine up (scheduling, image pull, model load).",
-)
+@load_s_option
 @click.option(
     "--time-scale",
     type=click.FloatRange(min=0, min_open=True),
@@ -63,12 +57,7 @@ from prefixserving_lab.workloads.traces import load_mooncake
     help="Replay this many times faster than the trace.",
 )
 @click.option("--bucket-s", type=click.FloatRange(min=0, min_open=True), default=15.0)
-@click.option(
-    "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("bench/results"),
-    show_default=True,
-)
+@out_dir_option
 def faults(
     trace: Path,
     replicas: int,

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from prefixserving.router.policies.registry import POLICY_NAMES
+from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
 from prefixserving_lab.runners.curves import DEFAULT_BUCKET_S, DEFAULT_SPAN_S, CurveSpec
 from prefixserving_lab.workloads.conversations import DEFAULT_TRACE
@@ -74,6 +75,31 @@ def schedule_options(
         return command
 
     return apply
+
+
+# Options that several bench commands take as they are; pod defaults from the fleet model.
+_POD = PodLifecycle()
+out_dir_option = click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench/results"),
+    show_default=True,
+    help="Directory the results files are written to.",
+)
+load_s_option = click.option(
+    "--load-s",
+    type=click.FloatRange(0),
+    default=_POD.load_s,
+    show_default=True,
+    help="Pod start to engine up (scheduling, image pull, model load).",
+)
+hot_prefixes_option = click.option(
+    "--hot-prefixes",
+    type=click.IntRange(0),
+    default=_POD.hot_prefixes,
+    show_default=True,
+    help="Hot prefixes a new pod warms before it is Ready.",
+)
 
 
 def curve_options(command: click.Command) -> click.Command:

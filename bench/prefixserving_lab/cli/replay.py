@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from prefixserving_lab.cli.options import out_dir_option
+
 DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
 
 
@@ -103,12 +105,7 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
     show_default=True,
     help="Queue depths for the scheduler CPU-time table; empty to skip it.",
 )
-@click.option(
-    "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("bench/results"),
-    show_default=True,
-)
+@out_dir_option
 @click.option("--name", default="replay", show_default=True, help="Output file base name.")
 @click.option("--note", "notes", multiple=True, help="A note to add to the results (repeatable).")
 @click.option("--list", "list_only", is_flag=True, help="List workloads and policies, then exit.")

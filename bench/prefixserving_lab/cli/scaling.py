@@ -11,6 +11,9 @@ import click
 from prefixserving_lab.cli.options import (
     curve_options,
     curve_spec,
+    hot_prefixes_option,
+    load_s_option,
+    out_dir_option,
     parse_window,
     schedule_options,
 )
@@ -41,21 +44,10 @@ from prefixserving_lab.workloads.conversations import (
 )
 @click.option("--min-replicas", type=int, default=2, show_default=True)
 @click.option("--max-replicas", type=int, default=16, show_default=True)
-@click.option(
-    "--load-s",
-    type=float,
-    default=90.0,
-    show_default=True,
-    help="Pod start to engine up (scheduling, image pull, model load).",
-)
-@click.option("--hot-prefixes", type=int, default=32, show_default=True)
+@load_s_option
+@hot_prefixes_option
 @curve_options
-@click.option(
-    "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("bench/results"),
-    show_default=True,
-)
+@out_dir_option
 def scaling(
     trace: Path,
     duration_s: float,

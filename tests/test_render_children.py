@@ -161,6 +161,20 @@ def test_engine_pod_has_shm_probes_drain_and_scrape_annotations() -> None:
     assert deployment["spec"]["progressDeadlineSeconds"] > 1800
 
 
+def test_router_pod_drains_before_it_stops_and_outlives_the_streams_it_proxies() -> None:
+    """A terminating router keeps accepting while Services and gateways drop it (preStop), then
+    finishes its in-flight requests (uvicorn's graceful shutdown) within the engines' grace: a
+    router stopped at once fails the requests sent before its endpoints update."""
+    objects = render({"engine": {"terminationGracePeriodSeconds": 300}})
+    pod = find(objects, "Deployment", "router")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [
+        "sleep",
+        str(defaults.ROUTER_DRAIN_S),
+    ]
+    assert pod["terminationGracePeriodSeconds"] == defaults.ROUTER_DRAIN_S + 300
+
+
 def test_engine_pod_names_match_the_promql_pod_regex() -> None:
     """The scalers select pods by name: the Deployment's pods must match that regex."""
     import re

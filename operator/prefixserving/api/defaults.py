@@ -37,6 +37,10 @@ ENGINE_MEMORY: Final = "64Gi"
 STARTUP_TIMEOUT_S: Final = 1800
 DRAIN_S: Final = 20
 TERMINATION_GRACE_S: Final = 120
+# Seconds a terminating router pod keeps accepting requests (preStop) while Services and
+# gateways drop it from their endpoints; SIGTERM then stops the listener and the router finishes
+# its in-flight requests, within the engines' termination grace (the same streams).
+ROUTER_DRAIN_S: Final = 5
 MAX_SURGE: Final = 1
 
 # scheduler

@@ -70,6 +70,9 @@ def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[
         "args": args,
         "ports": ports,
         "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
+        "drain_s": defaults.ROUTER_DRAIN_S,
+        "termination_grace_s": defaults.ROUTER_DRAIN_S
+        + spec.engine.termination_grace_period_seconds,
         "inference_pool": {
             "name": names.inference_pool(name),
             "picker_port": constants.PICKER_GRPC_PORT,

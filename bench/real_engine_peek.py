@@ -140,10 +140,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
         return statistics.mean(float(r[key]) for r in rows if r["scheduler"] == name)
 
     def ratio(key: str) -> float | None:
-        """Stock's mean over PEEK's; None when a round had no value (one-token outputs)."""
+        """Stock's mean over PEEK's; None when a round had no value (one-token outputs) or
+        PEEK's mean is 0 (on busy cores a short answer can reach the client in one chunk)."""
         if any(r[key] is None for r in rows):
             return None
-        return round(mean("stock", key) / mean("peek", key), 3)
+        peek = mean("peek", key)
+        return round(mean("stock", key) / peek, 3) if peek > 0 else None
 
     summary: dict[str, float | bool | None] = {
         "hit_rate_ratio": round(mean("peek", "hit_rate") / max(1e-9, mean("stock", "hit_rate")), 3),

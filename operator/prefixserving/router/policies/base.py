@@ -76,12 +76,17 @@ class RoutingContext:
 
     ``blocks``: chained hashes of the request's leading fixed-size content blocks, first block
     first (an empty tuple for an empty prompt). ``backends``: healthy backend ids, sorted.
-    ``loads``: load per backend id (a missing id means an idle backend).
+    ``loads``: load per backend id (a missing id means an idle backend). ``cached``: per
+    backend id, how many of the request's leading engine blocks that engine reports holding
+    (from its KV cache events); empty when the router does not follow the engines' events,
+    and a missing id means none. The counts are in the engine's blocks (``block_size``
+    tokens), not in ``blocks``: compare them across backends only.
     """
 
     blocks: tuple[int, ...]
     backends: tuple[str, ...]
     loads: Mapping[str, BackendLoad] = field(default_factory=dict)
+    cached: Mapping[str, int] = field(default_factory=dict)
 
 
 class RoutingPolicy:

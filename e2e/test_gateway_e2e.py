@@ -15,10 +15,7 @@ GatewayClass (``E2E_GATEWAY_CLASS``, default ``istio``).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import uuid
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,17 +24,25 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from prefixserving import constants
 from prefixserving.api import lifecycle, names
 from prefixserving.controller.kube import KINDS, PREFIX_SERVING, Kube
 from prefixserving_lab.testing import prefixserving_body, wait_for
+from stand_ins import (
+    ask,
+    client_codes,
+    kubectl,
+    label_as_engine,
+    stand_in_engine,
+    start_client_loop,
+)
 
 wait_for = partial(wait_for, timeout_s=300.0, interval_s=2.0)
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY_CLASS = os.environ.get("E2E_GATEWAY_CLASS", "istio")
-# A tiny HTTP server for the stand-in engines (any path: 200 and the text).
-ECHO_IMAGE = os.environ.get("E2E_ECHO_IMAGE", "hashicorp/http-echo:1.0")
 POD = KINDS[("v1", "Pod")]
+# The picker's hold in the scale-from-zero scenario: longer than a labelled pod takes to
+# reach the picker through its EndpointSlice.
+HOLD_S = 60
 POOL = ("inference.networking.k8s.io/v1", "inferencepools")
 
 
@@ -57,34 +62,6 @@ def gateway_cluster(kube: Kube) -> Kube:
     return kube
 
 
-def kubectl(*args: str, stdin: str | None = None) -> str:
-    return subprocess.run(
-        ["kubectl", *args], input=stdin, capture_output=True, text=True, check=True
-    ).stdout
-
-
-def stand_in_engine(namespace: str, name: str, index: int) -> dict[str, Any]:
-    labels = names.engine_selector(name)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{name}-stand-in-{index}", "namespace": namespace, "labels": labels},
-        "spec": {
-            "containers": [
-                {
-                    "name": "engine",
-                    "image": ECHO_IMAGE,
-                    "args": [f"-listen=:{constants.ENGINE_PORT}", f"-text=engine-{index}"],
-                    "ports": [{"name": "http", "containerPort": constants.ENGINE_PORT}],
-                    "readinessProbe": {
-                        "httpGet": {"path": "/health", "port": constants.ENGINE_PORT}
-                    },
-                }
-            ]
-        },
-    }
-
-
 def gateway_documents(namespace: str) -> str:
     docs = yaml.safe_load_all((ROOT / "examples" / "gateway" / f"{GATEWAY_CLASS}.yaml").read_text())
     out = []
@@ -99,23 +76,16 @@ def gateway_documents(namespace: str) -> str:
     return yaml.safe_dump_all(out)
 
 
-def ask(namespace: str, url: str, body: dict[str, Any]) -> str:
-    """POST ``body`` to ``url`` from inside the cluster; the answer's text."""
-    return kubectl(
-        "-n", namespace, "run", f"ask-{uuid.uuid4().hex[:8]}", "--rm", "-i",
-        "--restart=Never", "--quiet", "--image=curlimages/curl:8.11.1", "--",
-        "-s", "-H", "Content-Type: application/json", "-d", json.dumps(body), url,
-    ).strip()  # fmt: skip
-
-
-def test_a_gateway_routes_through_the_picker_by_prefix(
-    gateway_cluster: Kube, namespace: str
-) -> None:
-    kube = gateway_cluster
-    body = prefixserving_body("chat", namespace, replicas=0, router={"mode": "endpointPicker"})
+def serve_through_gateway(
+    kube: Kube, namespace: str, router: dict[str, Any], engines: list[dict[str, Any]]
+) -> str:
+    """Create the PrefixServing ``chat`` (0 engine replicas, ``router`` as its router block),
+    the stand-in ``engines`` and the gateway; wait until every child is applied, the picker
+    and the stand-ins are Ready and the gateway is Programmed. The chat completions URL."""
+    body = prefixserving_body("chat", namespace, replicas=0, router=router)
     kube.request("POST", PREFIX_SERVING.path(namespace), body=body)
-    for index in range(2):
-        kube.request("POST", POD.path(namespace), body=stand_in_engine(namespace, "chat", index))
+    for engine in engines:
+        kube.request("POST", POD.path(namespace), body=engine)
     kubectl("apply", "-f", "-", stdin=gateway_documents(namespace))
 
     def degraded() -> dict[str, Any]:
@@ -128,16 +98,35 @@ def test_a_gateway_routes_through_the_picker_by_prefix(
     assert status.get("routerEndpoint") is None
     kubectl("-n", namespace, "wait", "--for=condition=Available", "deployment/chat-router",
             "--timeout=300s")  # fmt: skip
-    engines = f"{constants.LABEL_COMPONENT}={constants.COMPONENT_ENGINE}"
-    kubectl("-n", namespace, "wait", "--for=condition=Ready", "pod", "-l", engines,
-            "--timeout=300s")  # fmt: skip
+    for engine in engines:
+        kubectl("-n", namespace, "wait", "--for=condition=Ready",
+                f"pod/{engine['metadata']['name']}", "--timeout=300s")  # fmt: skip
     kubectl("-n", namespace, "wait", "--for=condition=Programmed", "gateway/inference-gateway",
             "--timeout=300s")  # fmt: skip
     address = kubectl(
         "-n", namespace, "get", "gateway", "inference-gateway",
         "-o", "jsonpath={.status.addresses[0].value}",
     )  # fmt: skip
-    url = f"http://{address}/v1/chat/completions"
+    return f"http://{address}/v1/chat/completions"
+
+
+def picker_metric(namespace: str, name: str) -> float:
+    """The sum of the picker's samples named ``name``, read through the API server's proxy."""
+    proxy = f"/api/v1/namespaces/{namespace}/services/chat-router:8080/proxy/metrics"
+    metrics = kubectl("-n", namespace, "get", "--raw", proxy)
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
+def test_a_gateway_routes_through_the_picker_by_prefix(
+    gateway_cluster: Kube, namespace: str
+) -> None:
+    engines = [stand_in_engine(namespace, "chat", index) for index in range(2)]
+    url = serve_through_gateway(gateway_cluster, namespace, {"mode": "endpointPicker"}, engines)
     system = "You answer questions about the attached contract. " * 40
     served: dict[int, set[str]] = {}
     for i in range(12):
@@ -148,17 +137,44 @@ def test_a_gateway_routes_through_the_picker_by_prefix(
                 {"role": "user", "content": f"question {i}"},
             ],
         }
-        answer = wait_for(lambda request=request: ask(namespace, url, request), what="an answer")
+        answer, _ = wait_for(
+            lambda request=request: (reply := ask(namespace, url, request))[1] == 200 and reply,
+            what="an answer",
+        )
         assert answer.startswith("engine-"), answer
         served.setdefault(i % 3, set()).add(answer)
     # each system prompt stayed on one engine (idle engines: no spill)
     assert all(len(engines) == 1 for engines in served.values()), served
-    proxy = f"/api/v1/namespaces/{namespace}/services/chat-router:8080/proxy/metrics"
-    metrics = kubectl("-n", namespace, "get", "--raw", proxy)
-    decisions = sum(
-        sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if sample.name == "prefixserving_router_decisions_total"
-    )
+    decisions = picker_metric(namespace, "prefixserving_router_decisions_total")
     assert decisions >= 12  # every request was picked (retries of `ask` may add some)
+
+
+def test_a_held_pick_is_served_when_an_engine_joins(gateway_cluster: Kube, namespace: str) -> None:
+    """Scale from zero through the gateway: with no engine, the picker holds the gateway's
+    request; an engine pod that joins then serves it. The stand-in runs from the start but
+    carries the engine labels only once the request is held, so the test, not the image
+    pull, decides when the engine appears. Needs the gateway's ext_proc message timeout above
+    the hold (docs/autoscaling.md, scale from zero)."""
+    engine = stand_in_engine(namespace, "chat", 0, labelled=False)
+    router = {"mode": "endpointPicker", "noEngineHoldSeconds": HOLD_S}
+    url = serve_through_gateway(gateway_cluster, namespace, router, [engine])
+    request = {"model": "chat", "messages": [{"role": "user", "content": "hello"}]}
+    start_client_loop(namespace, "held-client", url, request, count=1, max_time_s=2 * HOLD_S)
+    held = "prefixserving_router_held_requests"
+    wait_for(lambda: picker_metric(namespace, held) >= 1, what="the picker holding the request")
+    label_as_engine(namespace, engine["metadata"]["name"], "chat")
+    kubectl("-n", namespace, "wait", "--for=jsonpath={.status.phase}=Succeeded",
+            "pod/held-client", f"--timeout={2 * HOLD_S}s")  # fmt: skip
+    assert client_codes(namespace, "held-client") == ["200"]
+    assert picker_metric(namespace, held) == 0
+
+
+def test_a_held_pick_gets_503_with_retry_after_when_no_engine_comes(
+    gateway_cluster: Kube, namespace: str
+) -> None:
+    router = {"mode": "endpointPicker", "noEngineHoldSeconds": 5}
+    url = serve_through_gateway(gateway_cluster, namespace, router, [])
+    request = {"model": "chat", "messages": [{"role": "user", "content": "hello"}]}
+    headers, code = ask(namespace, url, request, extra=["-D", "-", "-o", "/dev/null"])
+    assert code == 503, headers
+    assert "retry-after:" in headers.lower(), headers

@@ -15,12 +15,16 @@ from prefixserving_lab.runners.cluster import (
     CHALLENGER,
     HIT_GOAL,
     LEAD_FROM_ROUTERS,
+    OUR_POLICIES,
     OURS,
+    OURS_EVENTS,
     PEERS,
     SCALING_TOLERANCE,
+    EventsVerdict,
     RunRow,
     ScalingVerdict,
     Verdict,
+    events_verdicts,
     scaling_verdicts,
 )
 
@@ -73,6 +77,7 @@ def write_cluster_results(
         "rows": [asdict(r) for r in rows],
         "verdicts": [{**asdict(v), "met": v.met} for v in verdicts],
         "scaling_verdicts": [{**asdict(v), "met": v.met} for v in scaling_verdicts(rows)],
+        "events_verdicts": [{**asdict(v), "met": v.met} for v in events_verdicts(rows)],
     }
     return write_results(out_dir, name, data, render_markdown(rows, verdicts, meta))
 
@@ -115,7 +120,7 @@ def render_markdown(
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in subset:
-            name = f"**{r.policy}**" if r.policy == OURS else r.policy
+            name = f"**{r.policy}**" if r.policy in OUR_POLICIES else r.policy
             lines.append(
                 f"| {r.replicas} | {r.routers} | {name} | {_pct(r.hit_rate)} | "
                 f"{_pct(r.hit_vs_ideal)} | {r.max_mean_requests:.2f} ({r.max_mean_prefill:.2f}) | "
@@ -125,6 +130,7 @@ def render_markdown(
         lines.append("")
     lines += _goal_section(rows, verdicts)
     lines += _scaling_section(rows, scaling_verdicts(rows))
+    lines += _events_section(events_verdicts(rows))
     lines += _two_choice_section(rows, verdicts, meta.get("deployed_routers", 0))
     lines += NOTES
     return "\n".join(lines) + "\n"
@@ -180,18 +186,22 @@ def _scaling_section(rows: Sequence[RunRow], verdicts: Sequence[ScalingVerdict])
     lines = [
         "## Goal: router replicas",
         "",
-        f"Per case with R > 1 router replicas: prefix-affinity's hit rate at least"
-        f" {_pct(1 - SCALING_TOLERANCE)} of its own with one router (same workload and N),"
-        f" and from {LEAD_FROM_ROUTERS} routers higher than every peer's ("
+        f"Per case with R > 1 router replicas, for prefix-affinity with and without engine"
+        f" events: a hit rate at least {_pct(1 - SCALING_TOLERANCE)} of the same policy's with"
+        f" one router (same workload and N), and from {LEAD_FROM_ROUTERS} routers higher than"
+        " every peer's ("
         + ", ".join(peers)
         + ") at the same R. Each request goes to a router replica chosen at random; every"
-        " router replica keeps its own policy state.",
+        " router replica keeps its own policy state (with engine events, all of them receive"
+        " the same events).",
         "",
-        "| workload | N | routers | ours | of 1 router | " + " | ".join(peers) + " | goal |",
-        "|---|---|---|---|---|" + "---|" * len(peers) + "---|",
+        "| workload | N | routers | ours | hit rate | of 1 router | "
+        + " | ".join(peers)
+        + " | goal |",
+        "|---|---|---|---|---|---|" + "---|" * len(peers) + "---|",
     ]
     for v in judged:
-        ours = by_case[(v.workload, v.replicas, v.routers, OURS)]
+        ours = by_case[(v.workload, v.replicas, v.routers, v.policy)]
         cells = []
         for peer in peers:
             row = by_case.get((v.workload, v.replicas, v.routers, peer))
@@ -202,18 +212,44 @@ def _scaling_section(rows: Sequence[RunRow], verdicts: Sequence[ScalingVerdict])
         if v.behind:
             why += " (behind " + ", ".join(v.behind) + ")"
         lines.append(
-            f"| {v.workload} | {v.replicas} | {v.routers} | {_pct(ours.hit_rate)} | "
+            f"| {v.workload} | {v.replicas} | {v.routers} | {v.policy} | {_pct(ours.hit_rate)} | "
             f"{_pct(v.of_one_router)} | " + " | ".join(cells) + f" | {why} |"
         )
-    within = sum(v.within_goal_met for v in judged)
-    lead = [v for v in judged if v.lead_judged]
-    ahead = sum(not v.behind for v in lead)
-    lines += [
+    lines.append("")
+    for policy in dict.fromkeys(v.policy for v in judged):
+        mine = [v for v in judged if v.policy == policy]
+        within = sum(v.within_goal_met for v in mine)
+        lead = [v for v in mine if v.lead_judged]
+        ahead = sum(not v.behind for v in lead)
+        lines.append(
+            f"- {policy}: within {_pct(SCALING_TOLERANCE)} of one router in {within} of"
+            f" {len(mine)} cases; ahead of every peer from {LEAD_FROM_ROUTERS} routers in"
+            f" {ahead} of {len(lead)} cases."
+        )
+    lines.append("")
+    return lines
+
+
+def _events_section(verdicts: Sequence[EventsVerdict]) -> list[str]:
+    """Issue 18's engine-events goal at one router; only when the run has the rows."""
+    if not verdicts:
+        return []
+    lines = [
+        "## Goal: engine events at one router",
         "",
-        f"Within {_pct(SCALING_TOLERANCE)} of one router: {within} of {len(judged)} cases."
-        f" Ahead of every peer from {LEAD_FROM_ROUTERS} routers: {ahead} of {len(lead)} cases.",
+        f"Per workload and N with one router: {OURS_EVENTS} (prefix-affinity fed the engines'"
+        f" KV cache events) at least {_pct(1 - SCALING_TOLERANCE)} of the best peer's hit rate.",
         "",
+        "| workload | N | best peer | of best peer | goal |",
+        "|---|---|---|---|---|",
     ]
+    for v in verdicts:
+        lines.append(
+            f"| {v.workload} | {v.replicas} | {v.best_peer} | {_pct(v.of_best_peer)} | "
+            f"{'met' if v.met else 'missed'} |"
+        )
+    met = sum(v.met for v in verdicts)
+    lines += ["", f"Met in {met} of {len(verdicts)} cases.", ""]
     return lines
 
 

@@ -162,6 +162,7 @@ def cluster(
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items() if k != "cache_blocks"),
         "utilization": utilization,
         "deployed_routers": ROUTER_REPLICAS,
+        "kv_event_lag_s": kv_event_lag,
     }
     json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta, name)
     click.echo(md_path.read_text())

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixserving_lab.machine import machine_line
+from prefixserving_lab.models.peer_routers import follows_kv_events
 from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.cluster import (
     BALANCE_GOAL,
@@ -49,6 +50,22 @@ NOTES = [
     " stay noisier; more requests spill while they do, mostly early in the trace. Peers lose"
     " more: their placement memory is per router, so each router places each conversation"
     " afresh.",
+    "- Engine events (prefix_affinity_events): the same policy, given per replica how many of"
+    " the request's leading blocks its cache holds, as its KV cache events tell a router (every"
+    " router replica receives the same events). It follows the replica that holds more of the"
+    " request than any other (a conversation's history, also where an earlier turn spilled)"
+    " and places a request no replica leads on by load between its first two ranks; the"
+    " events are the memory of where it went, shared by every router replica, so on the"
+    " Mooncake trace 8 routers keep 99.6% of one router's hit rate where the plain policy"
+    " keeps 97.1-97.7%.",
+    "- Shared-prefix groups lose at 4 and 8 routers with or without events, in the warm-up:"
+    " each router estimates the traffic shares (which documents are hot, over how many"
+    " replicas they spread) from 1/R of the requests, so they settle later. Over the first"
+    " quarter of the requests, N = 8, our hit rate is 77.5% with one router and 71.6% with"
+    " eight (with events 78.4% and 66.9%); over the last quarter 90.2% and 90.1% (with events"
+    " 90.1% and 90.0%). With events and 8 routers, the load-based choice of a new request"
+    " also reads engine counts one scrape (1 s) old and herds: with a 0.1 s scrape the"
+    " N = 8, 8-router case reaches 85.7% instead of 83.6%.",
     "- KubeAI-style hashes the first block only: when every request starts with the same"
     " system prompt (shared-prefix groups), one replica is everyone's first choice and the"
     " load bound scatters the rest.",
@@ -108,6 +125,7 @@ def render_markdown(
         "Hit rate: share of prompt tokens served from cache; ideal: one unbounded cache."
         " Max/mean: requests per replica (prefill seconds per replica in brackets)."
         " Moved: requests not sent to the policy's first choice (spilled or fallback).",
+        *_events_line(rows, meta),
         "",
     ]
     for workload in dict.fromkeys(r.workload for r in rows):
@@ -134,6 +152,16 @@ def render_markdown(
     lines += _two_choice_section(rows, verdicts, meta.get("deployed_routers", 0))
     lines += NOTES
     return "\n".join(lines) + "\n"
+
+
+def _events_line(rows: Sequence[RunRow], meta: Mapping[str, Any]) -> list[str]:
+    """How the rows run with engine events saw the caches (when there are any)."""
+    if not any(follows_kv_events(r.policy) for r in rows) or "kv_event_lag_s" not in meta:
+        return []
+    return [
+        "Engine events: each replica's cache changes reach every router replica"
+        f" {1000 * meta['kv_event_lag_s']:.0f} ms (simulated) after they happen."
+    ]
 
 
 def _why(v: Verdict, ours: RunRow) -> str:

@@ -19,7 +19,6 @@ from prefixserving_lab.models.peer_routers import follows_kv_events, make_sim_po
 from prefixserving_lab.models.replica import BlockCache, ServiceModel
 from prefixserving_lab.reports.cluster import render_markdown
 from prefixserving_lab.runners.cluster import RunRow, events_verdicts, scaling_verdicts, verdicts
-from prefixserving_lab.workloads.blocks import SharedPrefixGroups
 from prefixserving_lab.workloads.traces import TraceRequest
 
 FAST = ServiceModel(
@@ -165,29 +164,16 @@ def test_the_events_goal_compares_one_router_with_the_best_peer() -> None:
     assert "- prefix_affinity_events: within 1.0% of one router in 0 of 1 cases" in markdown
 
 
-def test_cli_runs_the_events_row(tmp_path: Path) -> None:
-    args = ["--no-groups", "--limit", "120", "--replicas", "2", "--routers", "1"]
+def test_cli_runs_the_events_row(tmp_path: Path, shared_dir: Path) -> None:
+    args = ["--trace", str(shared_dir / "traces" / "mooncake-synthetic.jsonl"), "--no-groups"]
+    args += ["--limit", "120", "--replicas", "2", "--routers", "1", "--kv-event-lag", "0"]
     args += ["--policy", "prefix-affinity-events", "--policy", "two-choice"]
-    trace = tmp_path / "groups.jsonl"
-    trace.write_text(
-        "\n".join(
-            json.dumps(
-                {
-                    "timestamp": int(r.arrival_s * 1000),
-                    "input_length": r.input_tokens,
-                    "output_length": r.output_tokens,
-                    "hash_ids": list(r.block_ids),
-                }
-            )
-            for r in SharedPrefixGroups(requests=120).generate()
-        )
-    )
-    result = CliRunner().invoke(
-        cluster, [*args, "--trace", str(trace), "--kv-event-lag", "0", "--out-dir", str(tmp_path)]
-    )
+    result = CliRunner().invoke(cluster, [*args, "--out-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "cluster.json").read_text())
     assert [r["policy"] for r in data["rows"]] == ["prefix_affinity_events", "two_choice"]
     assert data["events_verdicts"][0]["best_peer"] == "two_choice"
     assert "--kv-event-lag 0" in data["command"]
-    assert "## Goal: engine events at one router" in (tmp_path / "cluster.md").read_text()
+    markdown = (tmp_path / "cluster.md").read_text()
+    assert "## Goal: engine events at one router" in markdown
+    assert "reach every router replica 0 ms (simulated)" in markdown

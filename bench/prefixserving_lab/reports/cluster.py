@@ -43,7 +43,7 @@ NOTES = [
     " two-choice and SGLang-style place each new conversation by load and remember where;"
     " prefix-affinity keeps no memory of placements (that is what lets replicas agree), so a"
     " new conversation either stays on its hashed replica however loaded or moves and misses"
-    " on its next turn; it cannot match them there.",
+    " on its next turn; it cannot match them there without the engines' events (below).",
     "- More router replicas: prefix-affinity's ranking is the same on every router, but each"
     " router estimates traffic shares (key depth, per-key load bound) from its own 1/R of the"
     " requests, so at R = 8 its estimates take 8 times as many cluster requests to settle and"

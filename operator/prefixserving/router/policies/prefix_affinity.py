@@ -46,8 +46,11 @@ request's own history: a conversation's earlier turns, wherever they were served
 an engine its previous turn spilled to, so the next turn follows it there. That is also what
 makes step 7b safe: without events a conversation placed by load would miss on its next turn
 (which goes back to the ranking); with them the next turn finds it. Measured on the cluster
-simulation (``bench/results/cluster-routers.md``): step 7a alone moved the hit rate by at
-most 0.3 points; with 7b, one router reaches 99-100% of the best peer on the Mooncake trace.
+simulation (``bench/results/cluster-routers.md``, Mooncake trace, N = 8 and 16): with 7b, one
+router reaches 99.2-99.9% of the best peer's hit rate and 8 routers keep 99.6% of one
+router's; step 7a alone (``balance_gap`` 1e9) left one router at 64.1% and 63.4% against the
+best peer's 65.1%, because the rendezvous placement of new conversations is what loads the
+engines unevenly.
 
 **Router replicas and restarts.** With ``cached`` empty step 7 is skipped and every decision
 is exactly the one without events. Every router replica receives the same events, so

@@ -124,6 +124,20 @@ def test_two_choices_by_load_need_more_than_the_gap() -> None:
         assert decision.backend == chosen  # balance_gap 1: one request more is not enough
 
 
+def test_two_choices_by_load_never_move_off_a_shared_prefix() -> None:
+    ranking = _ranking()
+    loads = {ranking[0]: BackendLoad(running=3)}
+    # Ranks 0 and 3 hold a shared document (a tie: nobody leads); rank 1 does not.
+    decision = PrefixAffinityPolicy().select(
+        RoutingContext(BLOCKS, BACKENDS, loads, _cached(r0=2, r3=2))
+    )
+    assert decision.backend == ranking[0] and decision.reason is DecisionReason.AFFINITY
+    both = PrefixAffinityPolicy().select(
+        RoutingContext(BLOCKS, BACKENDS, loads, _cached(r0=2, r1=2))
+    )
+    assert both.backend == ranking[1] and both.reason is DecisionReason.BALANCE
+
+
 def test_a_restarted_router_follows_the_events_from_its_first_request() -> None:
     ranking = _ranking()
     seasoned = PrefixAffinityPolicy()

@@ -62,10 +62,10 @@ NOTES = [
     " each router estimates the traffic shares (which documents are hot, over how many"
     " replicas they spread) from 1/R of the requests, so they settle later. Over the first"
     " quarter of the requests, N = 8, our hit rate is 77.5% with one router and 71.6% with"
-    " eight (with events 78.4% and 66.9%); over the last quarter 90.2% and 90.1% (with events"
-    " 90.1% and 90.0%). With events and 8 routers, the load-based choice of a new request"
+    " eight (with events 78.7% and 67.4%); over the last quarter 90.2% and 90.1% (with events"
+    " 90.1% and 90.1%). With events and 8 routers, the load-based choice of a new request"
     " also reads engine counts one scrape (1 s) old and herds: with a 0.1 s scrape the"
-    " N = 8, 8-router case reaches 85.7% instead of 83.6%.",
+    " N = 8, 8-router case reaches 85.9% instead of 83.9%.",
     "- KubeAI-style hashes the first block only: when every request starts with the same"
     " system prompt (shared-prefix groups), one replica is everyone's first choice and the"
     " load bound scatters the rest.",

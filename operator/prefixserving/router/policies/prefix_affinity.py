@@ -30,7 +30,8 @@ that spills heavy prefixes first.
       (``cached`` when step 4 chose another one).
    b. Otherwise no engine holds more of the request than the others (a new conversation, a
       new question on a shared document): when the first two backends of the ranking are
-      within the bound and the second one's load is below the first one's by more than
+      within the bound, the second holds at least as much of the request as the first (so
+      the move costs no hit) and its load is below the first one's by more than
       ``balance_gap``, the second goes first (``balance``): two choices by load, as
       two-choice places a new key, with the engines' events as the memory of where it went.
    The backend moved first is removed from its place in step 6's order.
@@ -221,7 +222,11 @@ class PrefixAffinityPolicy(RoutingPolicy):
         if leader is not None:
             return leader, DecisionReason.CACHED
         pair = [b for b in ranking[:2] if values[b] < capacity]
-        if len(pair) == 2 and values[pair[1]] + self.config.balance_gap < values[pair[0]]:
+        if (
+            len(pair) == 2
+            and cached.get(pair[1], 0) >= cached.get(pair[0], 0)
+            and values[pair[1]] + self.config.balance_gap < values[pair[0]]
+        ):
             return pair[1], DecisionReason.BALANCE
         return None
 

@@ -12,6 +12,7 @@ from prefixserving.api.defaults import ROUTER_REPLICAS
 from prefixserving.router.policies.registry import POLICY_NAMES
 from prefixserving_lab.cli.options import command_line, out_dir_option, policy_names
 from prefixserving_lab.machine import machine
+from prefixserving_lab.models.cluster import KV_EVENT_LAG_S
 from prefixserving_lab.models.peer_routers import sim_policy_names
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.reports.cluster import write_cluster_results
@@ -83,6 +84,14 @@ ALL_POLICIES = sim_policy_names(POLICY_NAMES)
     help=f"KV blocks per replica. Default: per N, {BALANCE_GOAL} x the workload's distinct "
     "blocks / N.",
 )
+@click.option(
+    "--kv-event-lag",
+    type=click.FloatRange(min=0),
+    default=KV_EVENT_LAG_S,
+    show_default=True,
+    help="Seconds from an engine's cache change to the routers' view of it, for the policies "
+    "run with engine events (prefix-affinity-events).",
+)
 @click.option("--limit", type=click.IntRange(1), default=None, help="Use the first N requests.")
 @out_dir_option
 @click.option(
@@ -100,18 +109,22 @@ def cluster(
     time_scale: float | None,
     utilization: float,
     cache_blocks: int | None,
+    kv_event_lag: float,
     limit: int | None,
     out_dir: Path,
     name: str,
 ) -> None:
     """Simulate N replicas with block LRU prefix caches behind the router and compare routing
-    policies (ours, two-choice, round-robin, least-loaded, KubeAI-style and SGLang-style) on
-    the same requests. Writes cluster.json and cluster.md (see --name).
+    policies (ours with and without the engines' KV cache events, two-choice, round-robin,
+    least-loaded, KubeAI-style and SGLang-style) on the same requests. Writes cluster.json and
+    cluster.md (see --name).
 
     Example: prefixserving bench cluster --replicas 4 --replicas 8 --routers 2
 
     Router replicas at fleet scale: prefixserving bench cluster --replicas 8 --replicas 16
-    --routers 1 --routers 2 --routers 4 --routers 8 --name cluster-routers
+    --routers 1 --routers 2 --routers 4 --routers 8 --policy prefix-affinity
+    --policy prefix-affinity-events --policy two-choice --policy kubeai-chwbl
+    --policy sglang-cache-aware --name cluster-routers
     """
     if not name or Path(name).name != name or name.startswith("."):
         raise click.BadParameter(
@@ -140,6 +153,7 @@ def cluster(
         cache_blocks=cache_blocks,
         time_scale=time_scale,
         utilization=utilization,
+        kv_event_lag_s=kv_event_lag,
     )
     meta = {
         "command": command_line(click.get_current_context()),
@@ -148,6 +162,7 @@ def cluster(
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items() if k != "cache_blocks"),
         "utilization": utilization,
         "deployed_routers": ROUTER_REPLICAS,
+        "kv_event_lag_s": kv_event_lag,
     }
     json_path, md_path = write_cluster_results(out_dir, rows, verdicts(rows), meta, name)
     click.echo(md_path.read_text())

@@ -13,7 +13,11 @@ import click
 
 from prefixserving.router.policies.registry import POLICY_NAMES
 from prefixserving_lab.models.fleet import PodLifecycle
-from prefixserving_lab.models.peer_routers import make_sim_policy, sim_policy_names
+from prefixserving_lab.models.peer_routers import (
+    make_sim_policy,
+    sim_policy_key,
+    sim_policy_names,
+)
 from prefixserving_lab.runners.curves import DEFAULT_BUCKET_S, DEFAULT_SPAN_S, CurveSpec
 from prefixserving_lab.workloads.conversations import DEFAULT_TRACE
 
@@ -154,8 +158,9 @@ def policy_names(values: Sequence[str], default: Sequence[str]) -> list[str]:
     names = []
     for value in values or default:
         try:
-            names.append(make_sim_policy(value).name)
+            make_sim_policy(value)
         except ValueError as error:
             choices = ", ".join(n.replace("_", "-") for n in sim_policy_names(POLICY_NAMES))
             raise click.BadParameter(f"{error}; the benchmark also knows: {choices}") from error
+        names.append(sim_policy_key(value))
     return names

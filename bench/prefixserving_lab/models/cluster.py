@@ -6,7 +6,10 @@ its :class:`Outcome` records which. That replica asks its own :class:`RoutingPol
 (the same objects the HTTP router runs, through :mod:`prefixserving.router.policies.base`) for
 a backend, giving it the request's chained block keys, the Ready replicas and their loads:
 that router's own in-flight counts (exact) plus ``waiting`` and ``kv_usage`` as last scraped
-(every ``scrape_interval_s``). Router replicas share nothing, as in production. The replica queues
+(every ``scrape_interval_s``). With ``kv_events`` the context also carries ``cached``: per
+replica, the request's leading blocks that replica's KV cache events say it holds, delivered
+``kv_event_lag_s`` after the cache changed (:mod:`.kv_events`; every router replica sees the
+same events). Router replicas share nothing else, as in production. The replica queues
 the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
 prefill.
 
@@ -39,23 +42,33 @@ from prefixserving.router.policies.base import (
     RoutingPolicy,
 )
 from prefixserving.router.policies.ranking import mix64
+from prefixserving_lab.models.kv_events import KvEventIndex
 from prefixserving_lab.models.replica import Job, Replica, ReplicaStats, ServiceModel
 from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.blocks import chain_block_ids
 from prefixserving_lab.workloads.traces import TraceRequest
 
+# A subscriber's delay from an engine's cache change to the router's index, in simulated
+# seconds (a ZMQ subscriber on the cluster network takes about a millisecond; 10 ms is generous).
+KV_EVENT_LAG_S = 0.01
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    """Replica model and the router's view of load."""
+    """Replica model and the router's view of load and, with ``kv_events``, of the caches
+    (each cache change reaches the routers ``kv_event_lag_s`` later)."""
 
     service: ServiceModel = field(default_factory=ServiceModel)
     scrape_interval_s: float = 1.0
     tick_s: float = 1.0
+    kv_events: bool = False
+    kv_event_lag_s: float = KV_EVENT_LAG_S
 
     def __post_init__(self) -> None:
         if self.scrape_interval_s <= 0 or self.tick_s <= 0:
             raise ValueError("scrape_interval_s and tick_s must be > 0")
+        if self.kv_event_lag_s < 0:
+            raise ValueError("kv_event_lag_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,11 @@ class ClusterSim:
         self._outcomes: dict[int, Outcome] = {}
         self._routes: dict[int, tuple[int, int, Decision]] = {}
         self._ticks: list[Tick] = []
+        self._kv = (
+            KvEventIndex(lambda: self.now, self.config.kv_event_lag_s)
+            if self.config.kv_events
+            else None
+        )
 
     # -- membership ------------------------------------------------------------------------
 
@@ -217,7 +235,8 @@ class ClusterSim:
             _, _, ready_delay_s, warm, model = payload
             if name in self.replicas:
                 raise ValueError(f"replica {name!r} already exists")
-            replica = Replica.create(name, model)
+            listener = self._kv.listener(name) if self._kv is not None else None
+            replica = Replica.create(name, model, listener)
             for blocks in warm:
                 replica.cache.warm(blocks)
             self.replicas[name] = replica
@@ -239,6 +258,8 @@ class ClusterSim:
             self._retired[replica.name] = replica.stats
             del self.replicas[replica.name]
             self._scraped.pop(replica.name, None)
+            if self._kv is not None:
+                self._kv.forget(replica.name)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -321,7 +342,8 @@ class ClusterSim:
             )
             for b in backends
         }
-        ctx = RoutingContext(job.blocks, backends, loads)
+        cached = self._kv.cached(job.blocks, backends) if self._kv is not None else {}
+        ctx = RoutingContext(job.blocks, backends, loads, cached)
         decision = policy.select(ctx)
         if decision.backend not in backends:
             raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")

@@ -50,6 +50,7 @@ from prefixserving.router.policies.base import (
     RoutingContext,
     RoutingPolicy,
 )
+from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
 from prefixserving.router.policies.registry import make_policy
 
 
@@ -178,14 +179,31 @@ BASELINES: dict[str, type[RoutingPolicy]] = {
 }
 
 
+# Router policies simulated with the engines' KV cache events (``ClusterConfig.kv_events``,
+# ``RoutingContext.cached`` filled): the simulated name, and the router policy it runs.
+PREFIX_AFFINITY_EVENTS = "prefix_affinity_events"
+WITH_KV_EVENTS: dict[str, str] = {PREFIX_AFFINITY_EVENTS: PrefixAffinityPolicy.name}
+
+
+def sim_policy_key(name: str) -> str:
+    """``prefix-affinity-events`` -> ``prefix_affinity_events``: the name a run is reported by."""
+    return name.strip().lower().replace("-", "_")
+
+
+def follows_kv_events(name: str) -> bool:
+    """Whether the simulated policy ``name`` routes with the engines' KV cache events."""
+    return sim_policy_key(name) in WITH_KV_EVENTS
+
+
 def make_sim_policy(name: str) -> RoutingPolicy:
-    """A router policy (``prefix-affinity`` ...) or a baseline (``kubeai-chwbl`` ...)."""
-    key = name.strip().lower().replace("-", "_")
+    """A router policy (``prefix-affinity`` ...), a baseline (``kubeai-chwbl`` ...) or a router
+    policy run with engine events (``prefix-affinity-events``: the router's policy object)."""
+    key = sim_policy_key(name)
     if key in BASELINES:
         return BASELINES[key]()
-    return make_policy(key)
+    return make_policy(WITH_KV_EVENTS.get(key, key))
 
 
 def sim_policy_names(router_names: Sequence[str]) -> list[str]:
-    """The router's policies followed by the baselines."""
-    return [*router_names, *BASELINES]
+    """The router's policies, those run with engine events, then the baselines."""
+    return [*router_names, *WITH_KV_EVENTS, *BASELINES]

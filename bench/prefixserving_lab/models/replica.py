@@ -5,7 +5,9 @@ requests and the prefix cache. Blocks of running requests are pinned (reference 
 when a request finishes its blocks become evictable and most recently used; a new block
 evicts the least recently used evictable block. A request hits the longest run of leading
 blocks present (pinned or evictable). Decode output takes anonymous pinned blocks that are
-never reused. ``kv_usage`` = pinned / capacity, like ``vllm:kv_cache_usage_perc``.
+never reused. ``kv_usage`` = pinned / capacity, like ``vllm:kv_cache_usage_perc``. An
+optional ``on_change(block, stored)`` hears every block that enters (``stored`` true) or leaves
+the cache, like vLLM's ``BlockStored`` and ``BlockRemoved`` KV cache events.
 
 **Service** (:class:`ServiceModel`): requests wait in one FIFO queue. The head starts when the
 prefill server is idle, fewer than ``max_running`` requests run and its blocks fit beside
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prefixserving_lab.workloads.traces import MOONCAKE_BLOCK_TOKENS
@@ -52,8 +55,9 @@ class ServiceModel:
 class BlockCache:
     """Pinned and evictable KV blocks with LRU eviction (see the module docstring)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, on_change: Callable[[int, bool], None] | None = None) -> None:
         self.capacity = capacity
+        self.on_change = on_change
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._pinned: dict[int, int] = {}
         self._anonymous = 0
@@ -98,6 +102,7 @@ class BlockCache:
                 self._pinned[block] = 1
             elif self._make_room():
                 self._pinned[block] = 1
+                self._changed(block, True)
             else:
                 break
             pinned.append(block)
@@ -126,14 +131,20 @@ class BlockCache:
             if self.cached + self._anonymous >= self.capacity:
                 return
             self._evictable[block] = None
+            self._changed(block, True)
 
     def _make_room(self) -> bool:
         if self.cached + self._anonymous < self.capacity:
             return True
         if not self._evictable:
             return False
-        self._evictable.popitem(last=False)
+        block, _ = self._evictable.popitem(last=False)
+        self._changed(block, False)
         return True
+
+    def _changed(self, block: int, stored: bool) -> None:
+        if self.on_change is not None:
+            self.on_change(block, stored)
 
 
 @dataclass(slots=True)
@@ -175,8 +186,14 @@ class Replica:
     stats: ReplicaStats = field(default_factory=ReplicaStats)
 
     @classmethod
-    def create(cls, name: str, model: ServiceModel) -> Replica:
-        return cls(name, model, BlockCache(model.cache_blocks))
+    def create(
+        cls,
+        name: str,
+        model: ServiceModel,
+        on_change: Callable[[int, bool], None] | None = None,
+    ) -> Replica:
+        """A replica with an empty cache; ``on_change`` hears its cache's changes."""
+        return cls(name, model, BlockCache(model.cache_blocks, on_change))
 
     @property
     def idle(self) -> bool:

@@ -21,9 +21,12 @@ least 95% of the ideal; max/mean requests at most 1.25; and a hit rate at least 
 other policy that is balanced as well: whose max/mean is at most 1.25 or at most ours (a
 policy that buys hit rate with worse balance than both is not a like-for-like rival).
 
-The router-replica goal (issue 18), judged per (workload, N, R) when the run has R = 1: our
-hit rate at R router replicas at least ``1 - SCALING_TOLERANCE`` (99%) of ours at R = 1, and,
-from ``LEAD_FROM_ROUTERS`` (4) router replicas, above every peer's (``PEERS``) at the same R.
+The router-replica goal (issue 18), judged per (workload, N, R) when the run has R = 1, for
+ours with and without engine events (``OUR_POLICIES``): the hit rate at R router replicas at
+least ``1 - SCALING_TOLERANCE`` (99%) of the same policy's at R = 1, and, from
+``LEAD_FROM_ROUTERS`` (4) router replicas, above every peer's (``PEERS``) at the same R. With
+engine events (``OURS_EVENTS``), also judged per (workload, N) at R = 1: a hit rate at least
+``1 - SCALING_TOLERANCE`` of the best peer's.
 """
 
 from __future__ import annotations
@@ -33,13 +36,25 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from prefixserving import constants
-from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim
-from prefixserving_lab.models.peer_routers import make_sim_policy
+from prefixserving_lab.models.cluster import (
+    KV_EVENT_LAG_S,
+    ClusterConfig,
+    ClusterResult,
+    ClusterSim,
+)
+from prefixserving_lab.models.peer_routers import (
+    PREFIX_AFFINITY_EVENTS,
+    follows_kv_events,
+    make_sim_policy,
+    sim_policy_key,
+)
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.workloads.blocks import chain_block_ids, ideal_hit_rate, scale_arrivals
 from prefixserving_lab.workloads.traces import TraceRequest
 
 OURS = "prefix_affinity"
+OURS_EVENTS = PREFIX_AFFINITY_EVENTS
+OUR_POLICIES = (OURS, OURS_EVENTS)
 CHALLENGER = "two_choice"
 HIT_GOAL = 0.95
 # The goal's balance is the router's own load bound: max/mean at most that.
@@ -119,11 +134,14 @@ def run_one(
     policy: str,
     model: ServiceModel,
     time_scale: float,
+    kv_event_lag_s: float = KV_EVENT_LAG_S,
 ) -> ClusterResult:
-    """One policy: ``replicas`` cold replicas behind ``routers`` router replicas."""
-    sim = ClusterSim(
-        [make_sim_policy(policy) for _ in range(routers)], ClusterConfig(service=model)
+    """One policy: ``replicas`` cold replicas behind ``routers`` router replicas; a policy
+    run with engine events sees each cache change ``kv_event_lag_s`` after it."""
+    config = ClusterConfig(
+        service=model, kv_events=follows_kv_events(policy), kv_event_lag_s=kv_event_lag_s
     )
+    sim = ClusterSim([make_sim_policy(policy) for _ in range(routers)], config)
     width = len(str(replicas - 1))
     for i in range(replicas):
         sim.add_replica(f"replica-{i:0{width}d}")
@@ -140,6 +158,7 @@ def run_bench(
     cache_blocks: int | None,
     time_scale: float | None,
     utilization: float,
+    kv_event_lag_s: float = KV_EVENT_LAG_S,
 ) -> list[RunRow]:
     """Every policy on every (workload, replica count, router count); rows in that order."""
     rows = []
@@ -151,7 +170,7 @@ def run_bench(
             scale = time_scale or auto_time_scale(workload, n, model, utilization)
             for routers in router_counts:
                 for policy in policies:
-                    result = run_one(workload, n, routers, policy, model, scale)
+                    result = run_one(workload, n, routers, policy, model, scale, kv_event_lag_s)
                     rows.append(
                         _row(workload.name, n, routers, policy, scale, model, ideal, result)
                     )
@@ -172,7 +191,7 @@ def _row(
         workload,
         replicas,
         routers,
-        make_sim_policy(policy).name,
+        sim_policy_key(policy),
         round(scale, 3),
         model.cache_blocks,
         round(ideal, 4),
@@ -250,9 +269,10 @@ def _comparable(ours: RunRow, other: RunRow) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ScalingVerdict:
-    """Issue 18's router-replica goal for one (workload, N, R); see the module docstring.
-    ``of_one_router``: our hit rate at R over ours at R = 1; ``behind``: the peers with a
-    higher hit rate at R (judged only from ``LEAD_FROM_ROUTERS``, else empty)."""
+    """Issue 18's router-replica goal for one of ``OUR_POLICIES`` on one (workload, N, R); see
+    the module docstring. ``of_one_router``: its hit rate at R over its own at R = 1;
+    ``behind``: the peers with a higher hit rate at R (judged only from
+    ``LEAD_FROM_ROUTERS``, else empty)."""
 
     workload: str
     replicas: int
@@ -261,6 +281,7 @@ class ScalingVerdict:
     within_goal_met: bool
     lead_judged: bool
     behind: tuple[str, ...]
+    policy: str = OURS
 
     @property
     def met(self) -> bool:
@@ -268,32 +289,70 @@ class ScalingVerdict:
 
 
 def scaling_verdicts(rows: Sequence[RunRow]) -> list[ScalingVerdict]:
-    """One verdict per (workload, N, R > 1) that has our row and our row at R = 1."""
-    ours = {(r.workload, r.replicas, r.routers): r for r in rows if r.policy == OURS}
+    """One verdict per policy of ``OUR_POLICIES`` and (workload, N, R > 1) that has its row
+    and its row at R = 1; per policy in ``OUR_POLICIES`` order."""
     out = []
-    for (workload, n, routers), row in ours.items():
-        single = ours.get((workload, n, 1))
-        if routers == 1 or single is None or not single.hit_rate:
-            continue
-        ratio = row.hit_rate / single.hit_rate
-        judged = routers >= LEAD_FROM_ROUTERS
-        behind = tuple(
-            r.policy
-            for r in rows
-            if judged
-            and (r.workload, r.replicas, r.routers) == (workload, n, routers)
-            and r.policy in PEERS
-            and r.hit_rate >= row.hit_rate
-        )
-        out.append(
-            ScalingVerdict(
-                workload,
-                n,
-                routers,
-                round(ratio, 4),
-                ratio >= 1 - SCALING_TOLERANCE,
-                judged,
-                behind,
+    for policy in OUR_POLICIES:
+        ours = {(r.workload, r.replicas, r.routers): r for r in rows if r.policy == policy}
+        for (workload, n, routers), row in ours.items():
+            single = ours.get((workload, n, 1))
+            if routers == 1 or single is None or not single.hit_rate:
+                continue
+            ratio = row.hit_rate / single.hit_rate
+            judged = routers >= LEAD_FROM_ROUTERS
+            behind = tuple(
+                r.policy
+                for r in rows
+                if judged
+                and (r.workload, r.replicas, r.routers) == (workload, n, routers)
+                and r.policy in PEERS
+                and r.hit_rate >= row.hit_rate
             )
-        )
+            out.append(
+                ScalingVerdict(
+                    workload,
+                    n,
+                    routers,
+                    round(ratio, 4),
+                    ratio >= 1 - SCALING_TOLERANCE,
+                    judged,
+                    behind,
+                    policy,
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EventsVerdict:
+    """Issue 18's engine-events goal for one (workload, N) at one router: ``of_best_peer``,
+    ``OURS_EVENTS``' hit rate over the best peer's (``best_peer``)."""
+
+    workload: str
+    replicas: int
+    best_peer: str
+    of_best_peer: float
+
+    @property
+    def met(self) -> bool:
+        return self.of_best_peer >= 1 - SCALING_TOLERANCE
+
+
+def events_verdicts(rows: Sequence[RunRow]) -> list[EventsVerdict]:
+    """One verdict per (workload, N) with an ``OURS_EVENTS`` row and a peer row at R = 1."""
+    out = []
+    for row in rows:
+        if row.policy != OURS_EVENTS or row.routers != 1:
+            continue
+        peers = [
+            r
+            for r in rows
+            if (r.workload, r.replicas, r.routers) == (row.workload, row.replicas, 1)
+            and r.policy in PEERS
+        ]
+        if not peers:
+            continue
+        best = max(peers, key=lambda r: r.hit_rate)
+        ratio = row.hit_rate / best.hit_rate if best.hit_rate else 1.0
+        out.append(EventsVerdict(row.workload, row.replicas, best.policy, round(ratio, 4)))
     return out

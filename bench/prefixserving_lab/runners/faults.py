@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
 from prefixserving_lab.models.cluster import hit_rate as outcomes_hit_rate
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle
-from prefixserving_lab.models.peer_routers import make_sim_policy
+from prefixserving_lab.models.peer_routers import follows_kv_events, make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.models.rollout import RollingUpdate
 from prefixserving_lab.stats import quantile
@@ -102,7 +102,9 @@ def run_scenario(
     fleet = Fleet(lifecycle, make_sim_policy(setup.policy), service, hot)
     routers = [make_sim_policy(setup.policy) for _ in range(setup.routers)]
     sim = ClusterSim(
-        routers, ClusterConfig(service=service), on_tick=_Fault(scenario, setup, fleet)
+        routers,
+        ClusterConfig(service=service, kv_events=follows_kv_events(setup.policy)),
+        on_tick=_Fault(scenario, setup, fleet),
     )
     fleet.seed(sim, setup.replicas)
     return sim.run(requests)

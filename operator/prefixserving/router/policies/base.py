@@ -48,9 +48,13 @@ class DecisionReason(enum.StrEnum):
 
     AFFINITY = "affinity"  # the backend the prefix ranks first
     SPILLED = "spilled"  # a lower-ranked backend, the better ones being over the load bound
+    # a backend whose KV cache events show it holds more of the request's prefix than any
+    # other backend within the load bound, where the ranking preferred another one
+    CACHED = "cached"
     FALLBACK = "fallback"  # no backend within the bound: the least-loaded one
-    # no preference by prefix: a policy without affinity, a request without blocks, or (in
-    # two_choice) a key with no recorded backend among its candidates
+    # no preference by prefix: a policy without affinity, a request without blocks, (in
+    # two_choice) a key with no recorded backend among its candidates, or (prefix_affinity
+    # with engine events) a request no engine holds more of than the others, placed by load
     BALANCE = "balance"
 
 
@@ -78,9 +82,11 @@ class RoutingContext:
     first (an empty tuple for an empty prompt). ``backends``: healthy backend ids, sorted.
     ``loads``: load per backend id (a missing id means an idle backend). ``cached``: per
     backend id, how many of the request's leading engine blocks that engine reports holding
-    (from its KV cache events); empty when the router does not follow the engines' events,
-    and a missing id means none. The counts are in the engine's blocks (``block_size``
-    tokens), not in ``blocks``: compare them across backends only.
+    (from its KV cache events); empty when the router does not follow the engines' events.
+    A router that follows them lists every engine it follows, 0 for one holding none of the
+    request, so that a request no engine holds is told apart from the mode being off; an
+    id missing from a non-empty mapping holds none. The counts are in the engine's blocks
+    (``block_size`` tokens), not in ``blocks``: compare them across backends only.
     """
 
     blocks: tuple[int, ...]

@@ -22,8 +22,44 @@ that spills heavy prefixes first.
    least-loaded backend, ``balance``.
 6. Fallbacks (where a retry goes): the other backends of step 4 within the bound, in ranking
    order, then every other backend by load (least loaded first, ties in ranking order).
-7. Once routed (``on_routed``): count the request's blocks (:mod:`.key_choice`). Step 1 reads
-   the counts as they will be with this request counted, so steps 1-6 change no state.
+7. Engine events (only when ``ctx.cached`` is non-empty, i.e. the router follows the engines'
+   KV cache events and lists each engine it follows, 0 for one holding none of the request):
+   a. Among all backends within the key's bound, take the one holding the deepest cached
+      prefix of the request (ties in ranking order). If its depth leads every other backend
+      within the bound by at least ``cache_lead_blocks`` engine blocks, it goes first
+      (``cached`` when step 4 chose another one).
+   b. Otherwise no engine holds more of the request than the others (a new conversation, a
+      new question on a shared document): when the first two backends of the ranking are
+      within the bound, the second holds at least as much of the request as the first (so
+      the move costs no hit) and its load is below the first one's by more than
+      ``balance_gap``, the second goes first (``balance``): two choices by load, as
+      two-choice places a new key, with the engines' events as the memory of where it went.
+   The backend moved first is removed from its place in step 6's order.
+8. Once routed (``on_routed``): count the request's blocks (:mod:`.key_choice`). Step 1 reads
+   the counts as they will be with this request counted, so steps 1-7 change no state.
+
+**Why a lead over every other backend, not over the first choice.** The depth that several
+backends share says nothing about where this request belongs: a system prompt cached on every
+engine, or a popular document on its ``homes``, is there by design, and the rendezvous ranking
+of the key below it keeps spreading those requests (and warms a new engine, whose depth 0
+never outranks a shared depth). Only a prefix one engine holds beyond the others marks the
+request's own history: a conversation's earlier turns, wherever they were served, including
+an engine its previous turn spilled to, so the next turn follows it there. That is also what
+makes step 7b safe: without events a conversation placed by load would miss on its next turn
+(which goes back to the ranking); with them the next turn finds it. Measured on the cluster
+simulation (``bench/results/cluster-routers.md``, Mooncake trace, N = 8 and 16): with 7b, one
+router reaches 99.2-99.9% of the best peer's hit rate and 8 routers keep 99.6% of one
+router's; step 7a alone (``balance_gap`` 1e9) left one router at 64.1% and 63.4% against the
+best peer's 65.1%, because the rendezvous placement of new conversations is what loads the
+engines unevenly.
+
+**Router replicas and restarts.** With ``cached`` empty step 7 is skipped and every decision
+is exactly the one without events. Every router replica receives the same events, so
+replicas that agree on the loads (the engines' own counts, scraped alike) agree on step 7,
+as on the bound. While one replica has seen fewer events (after a restart, until its replay
+catches up; the subscriber's few milliseconds of lag), its ``cached`` is missing or
+shallower for some engines: it routes those requests by the ranking, or to an engine that
+does hold what it reports, never outside the bound.
 
 **Why heavy keys spill first.** A spilled request recomputes its whole prefix on a backend
 that does not hold it. A heavy key (a popular document) is a lasting part of its home's load:
@@ -55,11 +91,16 @@ same requests.
   elsewhere), and a spill recomputes the whole prefix; SGLang's router likewise requires an
   absolute gap (32) as well as a relative one before it rebalances.
 - ``spill_ranks`` (3): backends of the ranking tried before falling back to the least loaded.
+- ``cache_lead_blocks`` (1): engine blocks by which the deepest cached backend must lead every
+  other backend within the bound to take the request from the ranking (step 7a).
+- ``balance_gap`` (1.0): load by which the ranking's second backend must be below the first to
+  take a request no engine holds more of than the others (step 7b).
 - ``waiting_weight`` (1.0), ``kv_weight`` (2.0): weights of the scraped signals in the load.
 - ``max_depth_blocks`` (32), ``hot_share`` (0.5), ``window_requests`` (4096),
   ``min_requests`` (64), ``sketch_width`` (16384): the key choice, see :mod:`.key_choice`.
 
-**Complexity**: O(``max_depth_blocks`` + N log N) per request; memory O(``sketch_width``).
+**Complexity**: O(``max_depth_blocks`` + N log N) per request, plus O(N) for step 7; memory
+O(``sketch_width``).
 
 | | prefix_affinity | two_choice | least_loaded | round_robin |
 |---|---|---|---|---|
@@ -72,7 +113,7 @@ same requests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prefixserving.router.policies.base import (
@@ -98,6 +139,8 @@ class PrefixAffinityConfig(AffinityLoadParams):
     light_load_bound: float = 2.0
     heavy_share: float = 0.125
     spill_ranks: int = 3
+    cache_lead_blocks: int = 1
+    balance_gap: float = 1.0
 
     def __post_init__(self) -> None:
         AffinityLoadParams.__post_init__(self)
@@ -107,6 +150,10 @@ class PrefixAffinityConfig(AffinityLoadParams):
             raise ValueError("heavy_share must be > 0")
         if self.spill_ranks < 1:
             raise ValueError("spill_ranks must be at least 1")
+        if self.cache_lead_blocks < 1:
+            raise ValueError("cache_lead_blocks must be at least 1")
+        if self.balance_gap < 0:
+            raise ValueError("balance_gap must be >= 0")
 
     def bound_for(self, weight: float, n_backends: int) -> float:
         """The load bound of a key that brings ``weight`` of the traffic to its backend."""
@@ -154,7 +201,57 @@ class PrefixAffinityPolicy(RoutingPolicy):
             reason = DecisionReason.AFFINITY
         else:
             reason = DecisionReason.SPILLED
+        if ctx.cached:
+            moved = self._by_engine_cache(ctx.cached, ranking, values, capacity)
+            if moved is not None and moved[0] != order[0]:
+                order.remove(moved[0])
+                order.insert(0, moved[0])
+                reason = moved[1]
         return Decision(order[0], reason, tuple(order[1:]), choice.key)
+
+    def _by_engine_cache(
+        self,
+        cached: Mapping[str, int],
+        ranking: Sequence[str],
+        values: Mapping[str, float],
+        capacity: float,
+    ) -> tuple[str, DecisionReason] | None:
+        """Step 7: the backend that goes first by the engines' cache state, and why; None
+        to keep step 4's choice. O(N)."""
+        leader = self._cached_leader(cached, ranking, values, capacity)
+        if leader is not None:
+            return leader, DecisionReason.CACHED
+        pair = [b for b in ranking[:2] if values[b] < capacity]
+        if (
+            len(pair) == 2
+            and cached.get(pair[1], 0) >= cached.get(pair[0], 0)
+            and values[pair[1]] + self.config.balance_gap < values[pair[0]]
+        ):
+            return pair[1], DecisionReason.BALANCE
+        return None
+
+    def _cached_leader(
+        self,
+        cached: Mapping[str, int],
+        ranking: Sequence[str],
+        values: Mapping[str, float],
+        capacity: float,
+    ) -> str | None:
+        """Step 7a: the backend within the bound whose cached depth leads every other one
+        within the bound by ``cache_lead_blocks``, else None. O(N)."""
+        leader: str | None = None
+        best = runner_up = 0
+        for backend in ranking:
+            if values[backend] >= capacity:
+                continue
+            depth = cached.get(backend, 0)
+            if leader is None or depth > best:
+                leader, best, runner_up = backend, depth, best
+            elif depth > runner_up:
+                runner_up = depth
+        if leader is None or best - runner_up < self.config.cache_lead_blocks:
+            return None
+        return leader
 
     def on_routed(self, ctx: RoutingContext, decision: Decision) -> None:
         self.selector.observe(ctx.blocks)

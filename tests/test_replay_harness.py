@@ -3,6 +3,8 @@ match vLLM's own counters, and each baseline does what its source describes."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from prefixserving_lab.models.cost import CostModel
@@ -207,3 +209,19 @@ def test_peek_keeps_arrival_order_when_no_request_can_reuse_anything() -> None:
     # (Timing may still differ: PEEK's decode headroom admits later than vLLM, which admits
     # and then preempts.)
     assert first_token_order(peek) == first_token_order(fcfs)
+
+
+def test_the_response_ratio_variant_runs_peek_with_its_bound_only() -> None:
+    """``peek_rr16`` is the shipped PeekScheduler with the lanes' bound at 16, and reading
+    its setting leaves the process environment as it was."""
+    from prefixserving import constants
+    from prefixserving.peek.lanes import MAX_RESPONSE_RATIO
+    from prefixserving_lab.models.replay_engine import build_scheduler
+
+    shape = EngineShape(num_blocks=256)
+    peek = build_scheduler(scheduler_class("peek"), shape)
+    variant = build_scheduler(scheduler_class("peek_rr16"), shape)
+    assert constants.ENV_MAX_RESPONSE_RATIO not in os.environ
+    assert peek.waiting.lanes.max_response_ratio == MAX_RESPONSE_RATIO == 8.0
+    assert variant.waiting.lanes.max_response_ratio == 16.0
+    assert isinstance(variant, type(peek))

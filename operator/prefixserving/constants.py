@@ -81,6 +81,8 @@ ENV_MAX_SIBLING_WAIT_MS: Final = "PREFIXSERVING_MAX_SIBLING_WAIT_MS"
 ENV_PIN_BUDGET_FRACTION: Final = "PREFIXSERVING_PIN_BUDGET_FRACTION"
 ENV_LANES: Final = "PREFIXSERVING_LANES"
 ENV_MAX_OVERTAKES: Final = "PREFIXSERVING_MAX_OVERTAKES"
+# Not in the spec: an expert knob of the lanes, set through spec.engine.env.
+ENV_MAX_RESPONSE_RATIO: Final = "PREFIXSERVING_MAX_RESPONSE_RATIO"
 
 # Router endpoints and metrics read by other components (warm-up sidecar, status, alerts).
 ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"

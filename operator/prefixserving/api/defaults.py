@@ -15,7 +15,7 @@ from typing import Final
 from prefixserving import constants
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
-from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
+from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
 
 NAMESPACE: Final = "default"
 
@@ -51,6 +51,8 @@ MAX_SIBLING_WAIT_MS: Final = round(DEFAULT_MAX_SIBLING_WAIT_S * 1000)
 PIN_BUDGET_FRACTION: Final = DEFAULT_PIN_BUDGET_FRACTION
 LANES: Final = True
 MAX_OVERTAKES: Final = DEFAULT_MAX_OVERTAKES
+# not a spec field: the lanes' response-ratio bound, named in the lanes field's description
+PEEK_MAX_RESPONSE_RATIO: Final = MAX_RESPONSE_RATIO
 
 # placement
 SHM_SIZE_LIMIT: Final = "16Gi"

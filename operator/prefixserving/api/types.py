@@ -278,8 +278,9 @@ class SchedulerSpec(ApiModel):
         description=(
             "PEEK's lanes: under cache pressure, least uncached work first (a cached prefix costs "
             "nothing, a shared uncached one is opened once), a request whose response ratio "
-            "(waited work / its cost) reaches 16 next, within maxOvertakes; with the eviction "
-            "guard and decode headroom. false: vLLM's own arrival order (holding still applies)."
+            f"(waited work / its cost) reaches {defaults.PEEK_MAX_RESPONSE_RATIO:g} next, within "
+            "maxOvertakes; with the eviction guard and decode headroom. false: vLLM's own "
+            "arrival order (holding still applies)."
         ),
     )
     max_overtakes: int = Field(

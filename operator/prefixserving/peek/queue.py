@@ -159,7 +159,9 @@ class PeekQueue(Generic[R, H]):
         self.index: QueueIndex[H] = QueueIndex()
         self.holding: Holding[H] = Holding(self.settings.max_sibling_wait_ms / 1000.0)
         self.lanes: Lanes[R] = Lanes(
-            cache_lane=self.settings.lanes, max_overtakes=self.settings.max_overtakes
+            cache_lane=self.settings.lanes,
+            max_overtakes=self.settings.max_overtakes,
+            max_response_ratio=self.settings.max_response_ratio,
         )
         self.stats = QueueStats(
             admitted={p.value: 0 for p in Pick}, admitted_tokens={p.value: 0 for p in Pick}

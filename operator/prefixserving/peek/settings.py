@@ -16,6 +16,9 @@ variable                                  default  meaning
                                                    vLLM's own order
 ``PREFIXSERVING_MAX_OVERTAKES``           128      most younger requests admitted ahead of any
                                                    waiting request (0: arrival order)
+``PREFIXSERVING_MAX_RESPONSE_RATIO``      8        response ratio from which the aged lane goes
+                                                   first (:mod:`.lanes`; not in the spec: set it
+                                                   through ``spec.engine.env``)
 ========================================  =======  ===============================================
 """
 
@@ -28,12 +31,13 @@ from dataclasses import dataclass
 from prefixserving.constants import (
     ENV_LANES,
     ENV_MAX_OVERTAKES,
+    ENV_MAX_RESPONSE_RATIO,
     ENV_MAX_SIBLING_WAIT_MS,
     ENV_PIN_BUDGET_FRACTION,
 )
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
-from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
+from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -47,6 +51,7 @@ class PeekSettings:
     pin_budget_fraction: float = DEFAULT_PIN_BUDGET_FRACTION
     lanes: bool = True
     max_overtakes: int = DEFAULT_MAX_OVERTAKES
+    max_response_ratio: float = MAX_RESPONSE_RATIO
 
     def __post_init__(self) -> None:
         if self.max_sibling_wait_ms < 0:
@@ -55,6 +60,8 @@ class PeekSettings:
             raise ValueError(f"{ENV_PIN_BUDGET_FRACTION} must be between 0 and 1")
         if self.max_overtakes < 0:
             raise ValueError(f"{ENV_MAX_OVERTAKES} must be >= 0")
+        if self.max_response_ratio < 1.0:
+            raise ValueError(f"{ENV_MAX_RESPONSE_RATIO} must be >= 1 (1: always the aged lane)")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PeekSettings:
@@ -69,6 +76,8 @@ class PeekSettings:
             kwargs["lanes"] = _flag(ENV_LANES, raw)
         if (raw := env.get(ENV_MAX_OVERTAKES)) is not None:
             kwargs["max_overtakes"] = _count(ENV_MAX_OVERTAKES, raw)
+        if (raw := env.get(ENV_MAX_RESPONSE_RATIO)) is not None:
+            kwargs["max_response_ratio"] = _number(ENV_MAX_RESPONSE_RATIO, raw)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

@@ -1,0 +1,31 @@
+"""PEEK with one setting changed, for ablation rows next to ``peek`` in the same replay run.
+
+Each variant is :class:`prefixserving.engine.vllm.PeekScheduler` constructed with one of
+PEEK's environment settings (:mod:`prefixserving.peek.settings`) set for that construction
+only, so the engine code under test is exactly the shipped scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+from unittest import mock
+
+from prefixserving import constants
+from prefixserving.engine.vllm import PeekScheduler
+
+
+class PeekSettingVariant(PeekScheduler):
+    """PeekScheduler with ``env`` added to the environment while it reads its settings."""
+
+    env: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with mock.patch.dict(os.environ, self.env):
+            super().__init__(*args, **kwargs)
+
+
+class PeekResponseRatio16Scheduler(PeekSettingVariant):
+    """``peek_rr16``: the aged lane's response-ratio bound at 16 (PEEK's bound before 8)."""
+
+    env: ClassVar[dict[str, str]] = {constants.ENV_MAX_RESPONSE_RATIO: "16"}

@@ -77,7 +77,7 @@ _BURSTS = PrefixBursts()
     "backlog_targets_s",
     type=click.FloatRange(min=0.0, min_open=True),
     multiple=True,
-    default=(1.0, 0.5),
+    default=(2.0, 0.5),
     show_default=True,
     help="Also run backlog seconds alone at this target (repeatable; the project's default "
     "always runs).",

@@ -43,6 +43,8 @@ from prefixserving_lab.workloads.prefix_bursts import PrefixBursts
 from prefixserving_lab.workloads.traces import TraceRequest
 
 _BURSTS = PrefixBursts()
+_POSITIVE = click.FloatRange(min=0.0, min_open=True)
+_AT_LEAST_1 = click.IntRange(min=1)
 
 
 @click.command()
@@ -75,7 +77,7 @@ _BURSTS = PrefixBursts()
 @click.option(
     "--backlog-target-s",
     "backlog_targets_s",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=_POSITIVE,
     multiple=True,
     default=(2.0, 0.5),
     show_default=True,
@@ -98,9 +100,11 @@ _BURSTS = PrefixBursts()
     help="Fan-out burst window START:END (repeatable): a new shared prompt every "
     "--fanout-every-s with --fanout-requests requests behind it.",
 )
-@click.option("--fanout-every-s", type=float, default=_BURSTS.fanout_every_s, show_default=True)
-@click.option("--fanout-requests", type=int, default=_BURSTS.fanout_requests, show_default=True)
-@click.option("--prefix-tokens", type=int, default=_BURSTS.prefix_tokens, show_default=True)
+@click.option("--fanout-every-s", type=_POSITIVE, default=_BURSTS.fanout_every_s, show_default=True)
+@click.option(
+    "--fanout-requests", type=_AT_LEAST_1, default=_BURSTS.fanout_requests, show_default=True
+)
+@click.option("--prefix-tokens", type=_AT_LEAST_1, default=_BURSTS.prefix_tokens, show_default=True)
 @click.option(
     "--cold",
     "colds",
@@ -109,8 +113,8 @@ _BURSTS = PrefixBursts()
     show_default=True,
     help="Cold-document burst window START:END (repeatable).",
 )
-@click.option("--cold-per-s", type=float, default=_BURSTS.cold_per_s, show_default=True)
-@click.option("--cold-tokens", type=int, default=_BURSTS.cold_tokens, show_default=True)
+@click.option("--cold-per-s", type=_POSITIVE, default=_BURSTS.cold_per_s, show_default=True)
+@click.option("--cold-tokens", type=_AT_LEAST_1, default=_BURSTS.cold_tokens, show_default=True)
 @load_s_option
 @hot_prefixes_option
 @curve_options

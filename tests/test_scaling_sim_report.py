@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from prefixserving_lab.machine import machine
-from prefixserving_lab.models.scaling import Burst
+from prefixserving_lab.models.scaling import Burst, ScalingSetup
 from prefixserving_lab.reports.scaling import (
     COLD,
     FANOUT,
@@ -15,13 +15,16 @@ from prefixserving_lab.reports.scaling import (
     scaling_markdown,
 )
 from prefixserving_lab.runners.scaling import WorkloadRuns, matrix, run_scaling
+from prefixserving_lab.workloads.traces import TraceRequest
 from test_scaling_sim_backlog import BURST_AT_S as COLD_AT_S
 from test_scaling_sim_backlog import SETUP as COLD_SETUP
 from test_scaling_sim_backlog import cold_documents
 from test_scaling_sim_held import BURST_AT_S, SETUP, fanout
 
 
-def _workload(name: str, kind: str, requests: list, setup) -> WorkloadRuns:  # type: ignore[type-arg]
+def _workload(
+    name: str, kind: str, requests: list[TraceRequest], setup: ScalingSetup
+) -> WorkloadRuns:
     at = BURST_AT_S if kind == FANOUT else COLD_AT_S
     setup = replace(setup, bursts=(Burst(kind, at, at + 5),))
     outcomes = matrix(requests, setup, ("queue", "backlog", "all"))

@@ -17,7 +17,13 @@ from prefixserving_lab.models.scaling import SIGNAL_SETS
 from prefixserving_lab.reports.curves import curve_table
 from prefixserving_lab.reports.files import fmt, table
 from prefixserving_lab.runners.curves import CurveBucket
-from prefixserving_lab.runners.scaling import FLAP_S, ScalingOutcome, WorkloadRuns
+from prefixserving_lab.runners.scaling import (
+    BURST_TAIL_S,
+    FLAP_S,
+    FRESH_REQUESTS,
+    ScalingOutcome,
+    WorkloadRuns,
+)
 
 # Runs whose TTFT p99 is within this factor of a workload's lowest count as "equal" p99.
 P99_SLACK = 1.1
@@ -56,9 +62,10 @@ def scaling_markdown(workloads: Sequence[WorkloadRuns], machine: Mapping[str, ob
             *backlog_lag_lines(workloads[0]),
             "",
             *sections,
-            f"react: burst start to the first scale-up decision within the burst (plus 120 s), "
-            "per burst kind, '-' where none scaled out; capacity: to the first new replica "
-            "taking traffic. fresh: the first 100 requests each new replica served. flaps: "
+            "react: burst start to the first scale-up decision within the burst (plus "
+            f"{BURST_TAIL_S:g} s), per burst kind, '-' where none scaled out; capacity: to the "
+            "first new replica taking traffic. fresh: the first "
+            f"{FRESH_REQUESTS} requests each new replica served. flaps: "
             f"scale-downs undone within {FLAP_S / 60:g} minutes; direction changes: scale-ups "
             "followed by scale-downs or back.",
             "",

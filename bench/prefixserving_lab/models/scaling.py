@@ -7,9 +7,10 @@ engine pod that exports metrics, ``vllm:kv_cache_usage_perc`` (the replica's pin
 its KV blocks), queue depth and backlog seconds (its queued uncached prompt tokens times the
 model's prefill seconds per token: the throughput the real query measures); pods still loading
 have no metrics. It runs with the project's default targets and behaviour (what ``prefixserving
-render`` puts into the HPA/ScaledObject), on the signal set under test: ``kv`` (KV usage only),
-``queue`` (queue only), ``both`` (KV and queue, the larger proposal), ``backlog`` (backlog
-seconds only) or ``all`` (the three, the project's default).
+render`` puts into the HPA/ScaledObject; ``backlog_target_s`` overrides the backlog target, as
+``spec.autoscaling.targets.backlogSeconds`` does), on the signal set under test: ``kv`` (KV
+usage only), ``queue`` (queue only), ``both`` (KV and queue, the larger proposal),
+``backlog`` (backlog seconds only) or ``all`` (the three, the project's default).
 
 **Held siblings** (:meth:`~prefixserving_lab.models.replica.Replica.held_siblings`): waiting
 requests whose shared blocks the request in prefill is computing. Honest (``count_held``

@@ -68,23 +68,43 @@ def curve_rows(markdown: str, section: str) -> list[str]:
 
 def test_bench_scaling_smoke(tmp_path: Path) -> None:
     args = ["bench", "scaling", "--duration-s", "240", "--burst", "60:120", "--signals", "both"]
+    args += ["--prefix-duration-s", "240", "--fanout", "60:120", "--cold", "60:120"]
+    args += ["--backlog-target-s", "0.5"]
     result = CliRunner().invoke(main, [*args, *CURVE_ARGS, "--out-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = results(tmp_path, "scaling", "Autoscaling in the cluster simulator")
-    assert data["benchmark"] == "scaling" and data["requests"] > 0
-    assert [(r["signals"], r["warmup"]) for r in data["runs"]] == [
-        ("both", False),
-        ("both", True),
-        ("both", False),
+    assert data["benchmark"] == "scaling"
+    workloads = data["workloads"]
+    assert [w["name"] for w in workloads] == [
+        "Bursty conversations, at most 16 replicas",
+        "Bursty conversations, x4 bursts, at most 64 replicas",
+        "Shared-prefix fan-outs",
+        "Cold-document bursts",
     ]
-    assert {"react_s", "replica_minutes", "ttft_p99_s", "fresh_hit_rate"} <= set(data["runs"][0])
+    assert all(w["requests"] > 0 for w in workloads)
+    keys = [
+        (r["signals"], r["held_counted"], r["warmup"], r["scale_down_window_s"])
+        for r in workloads[0]["runs"]
+    ]
+    assert keys == [
+        ("both", False, True, 300.0),
+        ("both", True, True, 300.0),
+        ("both", False, False, 300.0),
+        ("both", False, True, 0.0),
+    ]
+    # Without "backlog" among the signals the backlog target sweep does not run.
+    assert [len(w["runs"]) for w in workloads[1:]] == [2, 2, 2]
+    assert set(workloads[2]["runs"][0]["react_by_kind"]) == {"fan-out"}
+    assert set(workloads[3]["runs"][0]["react_by_kind"]) == {"cold"}
+    runs = workloads[0]["runs"]
+    assert {"react_s", "replica_minutes", "ttft_p99_s", "fresh_hit_rate", "flaps"} <= set(runs[0])
     assert data["curve"] == {"span_s": 120.0, "bucket_s": 30.0}
-    for run in data["runs"]:
+    for run in runs:
         assert [b["start_s"] for b in run["curve"]] == [0.0, 30.0, 60.0, 90.0]
         assert {"requests", "ttft_p50_s", "ttft_p99_s", "hit_rate"} <= set(run["curve"][0])
-    assert data["runs"][0]["curve"][0]["requests"] > 0  # the burst added a replica
+    assert runs[0]["curve"][0]["requests"] > 0  # the burst added a replica
     markdown = (tmp_path / "scaling.md").read_text()
-    assert curve_rows(markdown, "Warm-up curve of the new replicas (`both` signals)") == CURVE_ROWS
+    assert curve_rows(markdown, "Warm-up curve of the new replicas (`both` signals") == CURVE_ROWS
     assert (tmp_path / "scaling.png").stat().st_size > 0
 
 

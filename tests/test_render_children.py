@@ -439,7 +439,7 @@ def test_hpa_merges_spec_over_policy_over_defaults() -> None:
     assert metrics == {
         promql.ADAPTER_METRIC_KV_CACHE_USAGE: {"type": "AverageValue", "averageValue": "800m"},
         promql.ADAPTER_METRIC_REQUESTS_WAITING: {"type": "AverageValue", "averageValue": "5"},
-        promql.ADAPTER_METRIC_BACKLOG_SECONDS: {"type": "AverageValue", "averageValue": "2"},
+        promql.ADAPTER_METRIC_BACKLOG_SECONDS: {"type": "AverageValue", "averageValue": "1"},
     }
     assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 900  # policy
     assert hpa["behavior"]["scaleUp"]["stabilizationWindowSeconds"] == 0  # default

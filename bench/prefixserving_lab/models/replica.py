@@ -17,6 +17,16 @@ compute-bound phase); TTFT ends with it. Decode then runs beside other requests 
 ``output_tokens * decode_s_per_token`` (the memory-bound phase, batched). A request larger
 than the whole cache is admitted when the replica is empty and caches what fits.
 
+**Held siblings** (PEEK's holding, modelled minimally): a request's blocks enter the cache when
+its prefill starts, so a waiting request that shares blocks with the request in prefill (its
+*pioneer*) hits them once it starts, and is *held* while the pioneer computes them
+(:meth:`Replica.held_siblings`): the stock ``vllm:num_requests_waiting`` counts it, the honest
+queue depth does not, and :meth:`Replica.uncached_waiting_tokens` counts its shared blocks once.
+Left out: PEEK's maximum sibling wait and lanes (a held sibling here waits exactly as long as
+the FIFO makes it), the batching of released siblings into one engine step (each still pays
+``prefill_overhead_s``), and the recomputation a stock engine does for siblings that start
+before their pioneer finishes: only the gauges differ between a PEEK and a stock replica.
+
 Defaults model an 8B model on one H100-class GPU with 512-token blocks: about 15k prefill
 tokens/s, 20 ms per output token, 64 concurrent sequences, 2,048 blocks (1M tokens of KV).
 
@@ -183,6 +193,9 @@ class Replica:
     prefilling: bool = False
     ready: bool = False
     draining: bool = False
+    # Blocks the request in prefill computes (not cached when it started); meaningful while
+    # ``prefilling``.
+    pioneer_blocks: frozenset[int] = frozenset()
     stats: ReplicaStats = field(default_factory=ReplicaStats)
 
     @classmethod
@@ -203,17 +216,32 @@ class Replica:
         hits = self.cache.hit_blocks(job.blocks)
         return min(hits * self.model.block_tokens, job.input_tokens)
 
-    def uncached_waiting_tokens(self) -> int:
+    def held_siblings(self) -> int:
+        """Queued requests that share a block the request in prefill is computing (PEEK's
+        ``prefixserving:peek_held_siblings``); 0 while nothing prefills. Cost: O(blocks of the
+        queued requests)."""
+        if not self.prefilling or not self.pioneer_blocks:
+            return 0
+        return sum(1 for job in self.queue if not self.pioneer_blocks.isdisjoint(job.blocks))
+
+    def uncached_waiting_tokens(self, count_held: bool = False) -> int:
         """Prompt tokens the queued requests still need computed, the way PEEK exports them:
-        the leading cached blocks of each request are free, and a block shared by several
-        queued requests is counted once (its first request computes it). Cost: O(blocks of
-        the queued requests)."""
+        the leading cached blocks of each request are free (the pioneer's blocks among them),
+        and a block shared by several queued requests is counted once (its first request
+        computes it). ``count_held``: a gauge that knows nothing of siblings, each request
+        counting its own uncached tokens, the blocks the pioneer is computing included. Cost:
+        O(blocks of the queued requests)."""
         seen: set[int] = set()
         total = 0
         size = self.model.block_tokens
+        computing = self.pioneer_blocks if count_held and self.prefilling else frozenset()
         for job in self.queue:
             cached = self.cache.hit_blocks(job.blocks)
-            new = [b for b in job.blocks[cached:] if b not in seen]
+            if computing:
+                cached = next(
+                    (i for i, b in enumerate(job.blocks[:cached]) if b in computing), cached
+                )
+            new = [b for b in job.blocks[cached:] if count_held or b not in seen]
             seen.update(new)
             # Tokens past the last full block are always computed.
             tail = max(job.input_tokens - len(job.blocks) * size, 0)
@@ -230,8 +258,10 @@ class Replica:
         if not self.cache.fits(job.blocks, anonymous):
             return None
         self.queue.popleft()
+        hits = self.cache.hit_blocks(job.blocks)
         job.hit_tokens = self.hit_tokens(job)
         job.pinned = self.cache.pin(job.blocks, anonymous)
+        self.pioneer_blocks = frozenset(job.pinned[hits:])
         job.anonymous = anonymous
         self.running += 1
         self.prefilling = True

@@ -26,6 +26,9 @@ engine="$REGISTRY/engine:$VERSION"
 
 docker run --rm "$operator" --help >/dev/null
 docker run --rm "$router" --help >/dev/null
+# router --kv-events: its extra (ZMQ, msgspec, cbor2, transformers) is installed
+docker run --rm --entrypoint python "$router" -c \
+  "from prefixserving.router.kv_events import hashing, subscriber, tokens; import transformers"
 for example in examples/*.yaml; do
   grep -q '^kind: PrefixServing' "$example" || continue  # a ScalingPolicy preset alone renders nothing
   rendered="$(docker run --rm -v "$ROOT/examples:/examples:ro" --entrypoint prefixserving \

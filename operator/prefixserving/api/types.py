@@ -399,7 +399,7 @@ class RouterSpec(ApiModel):
     )
     kv_events: KvEventsSpec = Field(
         default_factory=KvEventsSpec,
-        description="Route by the engines' own KV cache events (off by default).",
+        description="Route by the engines' own KV cache events (enabled: true to turn it on).",
     )
     image: str = Field(
         default=defaults.ROUTER_IMAGE, min_length=1, max_length=512, description="Router image."

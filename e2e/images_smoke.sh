@@ -37,6 +37,12 @@ for example in examples/*.yaml; do
     || { echo "images smoke: $operator rendered no Deployment for $example" >&2; exit 1; }
 done
 
+# vLLM seeds block hashes with PYTHONHASHSEED: an image that sets it would make the engines'
+# hashes differ from what routers with --kv-events compute (router.kvEvents, docs/router.md).
+if docker run --rm --entrypoint printenv "$engine" PYTHONHASHSEED >/dev/null; then
+  echo "images smoke: $engine sets PYTHONHASHSEED; router.kvEvents needs it unset" >&2; exit 1
+fi
+
 if [ "${GPU:-0}" = "1" ]; then
   # vLLM's own loader builds the class, as the engine core does (tests/support/engine_image_check.py).
   docker run --rm --gpus all -v "$ROOT/tests/support/engine_image_check.py:/check.py:ro" \

@@ -113,3 +113,15 @@ def test_images_give_no_tokens(tokenizer: RequestTokenizer, tmp_path: Path) -> N
     image = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
     body = {"model": "m", "messages": [{"role": "user", "content": [image]}]}
     assert tokenizer.chat(body) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"model": "m", "messages": ["not a message"]}, {"model": "m", "prompt": []}],
+    ids=["bad-message", "empty-prompt"],
+)
+def test_bodies_the_tokenizer_cannot_take_give_no_keys(
+    tokenizer: RequestTokenizer, body: dict[str, Any]
+) -> None:
+    lookup = CachedBlocks(KvIndex(), BlockHasher(BLOCK_SIZE), tokenizer)
+    assert lookup.keys(body) == ()

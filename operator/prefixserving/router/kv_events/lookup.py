@@ -8,12 +8,15 @@ tokenization, ``max_tokens / block_size`` hashes and O(depth) per backend.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prefixserving.router.kv_events.hashing import BlockHasher
 from prefixserving.router.kv_events.index import KvIndex
 from prefixserving.router.kv_events.tokens import RequestTokenizer
+
+log = logging.getLogger(__name__)
 
 
 class CachedBlocks:
@@ -35,7 +38,11 @@ class CachedBlocks:
         """The block keys of ``body``'s leading full blocks (empty: none, or not hashable)."""
         if self.base_model is not None and body.get("model") != self.base_model:
             return ()
-        tokens = self.tokenizer.tokens(body)
+        try:
+            tokens = self.tokenizer.tokens(body)
+        except Exception as error:  # the engine judges the body; the router only ranks
+            log.debug("no engine tokens for this body: %r", error)
+            return ()
         if not tokens:
             return ()
         salt = body.get("cache_salt")

@@ -104,18 +104,20 @@ class EngineFeed:
         self.resyncs: dict[str, int] = {}
 
     def _socket(self, kind: int, endpoint: str) -> zmq.asyncio.Socket:
+        """A socket for ``endpoint``, not connected yet."""
         sock = self._context.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         if endpoint.startswith("tcp://["):
             sock.setsockopt(zmq.IPV6, 1)
-        sock.connect(endpoint)
         return sock
 
     async def run(self) -> None:
         """Receive and apply batches until cancelled."""
         sub = self._socket(zmq.SUB, self.endpoint)
         sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
+        # Monitored before connecting, so that the first connection is counted too.
         monitor = zmq.Socket.shadow(sub.get_monitor_socket(zmq.EVENT_CONNECTED))
+        sub.connect(self.endpoint)
         connections = 0
         try:
             while True:
@@ -196,6 +198,7 @@ class EngineFeed:
         does not answer in time."""
         assert self.replay_endpoint is not None
         dealer = self._socket(zmq.DEALER, self.replay_endpoint)
+        dealer.connect(self.replay_endpoint)
         batches: list[tuple[int, wire.EventBatch]] = []
         try:
             async with asyncio.timeout(self.config.replay_timeout_s):

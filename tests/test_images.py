@@ -477,3 +477,15 @@ def test_operator_stops_at_start_without_templates(missing_templates: Path) -> N
     )
     assert result.returncode != 0
     assert f"{MISSING}: no *.j2 file in {missing_templates}" in result.stderr
+
+
+@pytest.mark.slow
+def test_router_image_has_the_kv_events_dependencies(router_image: Image) -> None:
+    """``router --kv-events`` runs in the image: ZMQ, msgspec, cbor2 and the tokenizer load."""
+    check = (
+        "from prefixserving.router.kv_events import hashing, subscriber, tokens, wire; "
+        "import transformers; print(hashing.BlockHasher(16).keys(list(range(32))))"
+    )
+    result = run_in(router_image, "-c", check, entrypoint="python")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("(")

@@ -46,6 +46,16 @@ ROUTER_PORT: Final = 8080
 # The endpoint picker's gRPC port (ext_proc and health), the Gateway API Inference Extension's
 # convention; its HTTP port (metrics, hot prefixes) is ROUTER_PORT.
 PICKER_GRPC_PORT: Final = 9002
+# Engine KV cache events (vLLM --kv-events-config, ZMQ): the engines publish on
+# KV_EVENTS_PORT and answer replay requests on KV_EVENTS_REPLAY_PORT; routers subscribe.
+KV_EVENTS_PORT: Final = 5557
+KV_EVENTS_REPLAY_PORT: Final = 5558
+KV_EVENTS_TOPIC: Final = "kv-events"
+# The block hash the engines must use so that routers can recompute it: SHA-256 over
+# canonical CBOR (vLLM --prefix-caching-hash-algo), the first block's parent derived from
+# KV_EVENTS_HASH_SEED (vLLM reads it from PYTHONHASHSEED; its own default is the same value).
+KV_EVENTS_HASH_ALGO: Final = "sha256_cbor"
+KV_EVENTS_HASH_SEED: Final = "vllm-none-hash"
 WARMUP_PORT: Final = 8090
 OPERATOR_HEALTH_PORT: Final = 8081
 

@@ -367,6 +367,20 @@ class EndpointPickerSpec(ApiModel):
     )
 
 
+class KvEventsSpec(ApiModel):
+    """Exact cache state from the engines: KV cache events followed by every router replica."""
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "The engines publish their KV cache events (vLLM --kv-events-config, ZMQ, with "
+            "--prefix-caching-hash-algo sha256_cbor) and each router replica follows every "
+            "engine's events: a request goes to the engine holding most of its leading blocks "
+            "(ties and misses: the prefix ranking). The routers load the model's tokenizer."
+        ),
+    )
+
+
 class RouterSpec(ApiModel):
     """The prefix-aware router in front of the engines."""
 
@@ -383,6 +397,10 @@ class RouterSpec(ApiModel):
     endpoint_picker: EndpointPickerSpec = Field(
         default_factory=EndpointPickerSpec,
         description="The endpoint picker and its InferencePool (mode endpointPicker).",
+    )
+    kv_events: KvEventsSpec = Field(
+        default_factory=KvEventsSpec,
+        description="Route by the engines' own KV cache events (enabled: true to turn it on).",
     )
     image: str = Field(
         default=defaults.ROUTER_IMAGE, min_length=1, max_length=512, description="Router image."

@@ -145,6 +145,26 @@ def _owned_env(engine: t.EngineSpec) -> str | None:
     return None
 
 
+# What router.kvEvents sets on the engines, so that routers recompute the engines' hashes.
+KV_EVENTS_FLAGS: tuple[str, ...] = ("kv-events-config", "prefix-caching-hash-algo")
+KV_EVENTS_FLAG_RE = (
+    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in KV_EVENTS_FLAGS) + ")(=.*)?$"
+)
+_KV_EVENTS_FLAG = re.compile(KV_EVENTS_FLAG_RE)
+# vLLM seeds its block hashes with PYTHONHASHSEED when set; routers use vLLM's default seed.
+HASH_SEED_ENV = "PYTHONHASHSEED"
+
+
+def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
+    if not spec.router.kv_events.enabled:
+        return None
+    flags = [arg for arg in spec.engine.extra_args if _KV_EVENTS_FLAG.match(arg)]
+    env = [e.name for e in spec.engine.env if e.name == HASH_SEED_ENV]
+    if flags or env:
+        return f"{', '.join(flags + env)} set: router.kvEvents needs the operator's settings"
+    return None
+
+
 def _integer_cpu(spec: t.PrefixServingSpec) -> str | None:
     cpu = spec.engine.resources.cpu
     if spec.placement.numa == "aligned" and not re.fullmatch(r"[1-9][0-9]*", cpu):
@@ -319,6 +339,22 @@ RULES: tuple[Rule, ...] = (
         cel=(
             "!has(self.replicas) || !has(self.autoscaling) || !has(self.autoscaling.enabled)"
             " || !self.autoscaling.enabled"
+        ),
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="router.kvEvents.enabled",
+        message="router.kvEvents sets the engines' KV event flags and block hash",
+        hint="remove --kv-events-config, --prefix-caching-hash-algo from engine.extraArgs and "
+        f"{HASH_SEED_ENV} from engine.env, or set router.kvEvents.enabled: false",
+        check=_kv_events_engine,
+        cel=(
+            "!has(self.router) || !has(self.router.kvEvents)"
+            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
+            " || ((!has(self.engine) || !has(self.engine.extraArgs)"
+            f" || self.engine.extraArgs.all(a, !a.matches('{KV_EVENTS_FLAG_RE}')))"
+            " && (!has(self.engine) || !has(self.engine.env)"
+            f" || self.engine.env.all(e, e.name != '{HASH_SEED_ENV}')))"
         ),
     ),
     Rule(

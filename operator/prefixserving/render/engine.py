@@ -12,6 +12,7 @@ from prefixserving.api import defaults
 from prefixserving.api.scaling import EffectiveAutoscaling
 from prefixserving.api.types import ModelSource, PrefixServingSpec
 from prefixserving.render.formats import number
+from prefixserving.router.kv_events import engine_flags
 
 MODELS_DIR = "/models"
 HF_HOME = "/var/cache/huggingface"
@@ -20,7 +21,7 @@ PROBE_PERIOD_S = 10
 PROGRESS_MARGIN_S = 600
 
 
-class _Volumes:
+class ModelVolumes:
     """Volumes and mounts of the engine pod's model and adapter sources."""
 
     def __init__(self) -> None:
@@ -51,7 +52,7 @@ class _Volumes:
         return source.hugging_face.repo
 
 
-def engine_args(spec: PrefixServingSpec, volumes: _Volumes) -> list[str]:
+def engine_args(spec: PrefixServingSpec, volumes: ModelVolumes) -> list[str]:
     """Arguments of ``vllm serve``: the model, the operator-owned flags, then extraArgs."""
     model, engine = spec.model, spec.engine
     args = [volumes.source(model.source, f"{MODELS_DIR}/base")]
@@ -87,7 +88,25 @@ def engine_args(spec: PrefixServingSpec, volumes: _Volumes) -> list[str]:
         args += ["--enable-lora", "--lora-modules", *modules, "--max-loras", str(max_loras)]
     if spec.placement.numa == "aligned":
         args.append("--numa-bind")
+    if spec.router.kv_events.enabled:
+        args += engine_flags.engine_args()
     return args + list(spec.engine.extra_args)
+
+
+def _hf_token(ref: Any) -> dict[str, Any]:
+    return {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def hub_env(source: ModelSource) -> list[dict[str, Any]]:
+    """``HF_HOME`` and ``HF_TOKEN`` of a container that loads ``source`` from the Hub (none for
+    a PVC source)."""
+    hf = source.hugging_face
+    if hf is None:
+        return []
+    env = [{"name": "HF_HOME", "value": HF_HOME}]
+    if hf.token_secret_ref is not None:
+        env.append(_hf_token(hf.token_secret_ref))
+    return env
 
 
 def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
@@ -97,10 +116,7 @@ def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
     if hf is not None or any(a.source.hugging_face for a in spec.model.adapters):
         env.append({"name": "HF_HOME", "value": HF_HOME})
     if hf is not None and hf.token_secret_ref is not None:
-        ref = hf.token_secret_ref
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
+        env.append(_hf_token(hf.token_secret_ref))
     if spec.scheduler.policy == "peek":
         s = spec.scheduler
         env += [
@@ -110,6 +126,17 @@ def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
             {"name": constants.ENV_MAX_OVERTAKES, "value": str(s.max_overtakes)},
         ]
     return env + [e.model_dump(by_alias=True, exclude_none=True) for e in spec.engine.env]
+
+
+def engine_ports(spec: PrefixServingSpec) -> list[dict[str, Any]]:
+    """Container ports: the OpenAI API, plus the KV event publisher and replay ports."""
+    ports = [{"name": "http", "containerPort": constants.ENGINE_PORT}]
+    if spec.router.kv_events.enabled:
+        ports += [
+            {"name": "kv-events", "containerPort": constants.KV_EVENTS_PORT},
+            {"name": "kv-replay", "containerPort": constants.KV_EVENTS_REPLAY_PORT},
+        ]
+    return ports
 
 
 def engine_resources(spec: PrefixServingSpec) -> dict[str, Any]:
@@ -130,7 +157,7 @@ def engine_resources(spec: PrefixServingSpec) -> dict[str, Any]:
 def engine_context(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> dict[str, Any]:
     """Every value of the engine Deployment template."""
     engine, placement = spec.engine, spec.placement
-    volumes = _Volumes()
+    volumes = ModelVolumes()
     args = engine_args(spec, volumes)
     if any(a.source.hugging_face for a in spec.model.adapters) or spec.model.source.hugging_face:
         volumes.volumes.append({"name": "hf-cache", "emptyDir": {}})
@@ -148,6 +175,7 @@ def engine_context(spec: PrefixServingSpec, auto: EffectiveAutoscaling) -> dict[
             "prometheus.io/path": "/metrics",
         },
         "args": args,
+        "ports": engine_ports(spec),
         "env": engine_env(spec),
         "resources": engine_resources(spec),
         # Unset under an autoscaler, so the operator (or Argo CD) never fights it.

@@ -15,7 +15,8 @@ from typing import Any
 from prefixserving import constants
 from prefixserving.api import defaults, names
 from prefixserving.api.scaling import EffectiveAutoscaling
-from prefixserving.api.types import PrefixServing, RouterSpec
+from prefixserving.api.types import PrefixServing, PrefixServingSpec, RouterSpec
+from prefixserving.render.engine import HF_HOME, MODELS_DIR, ModelVolumes, hub_env
 from prefixserving.render.formats import number
 
 PICKER_MODE = "endpointPicker"
@@ -30,6 +31,35 @@ def no_engine_hold_s(router: RouterSpec, auto: EffectiveAutoscaling) -> int:
         return router.no_engine_hold_seconds
     scales_to_zero = auto.enabled and auto.min_replicas == 0
     return defaults.ROUTER_NO_ENGINE_HOLD_S if scales_to_zero else 0
+
+
+def kv_events_pod(spec: PrefixServingSpec) -> dict[str, Any]:
+    """With ``router.kvEvents.enabled``: the router's KV event arguments (the engines' ports,
+    block size and tokenizer), and the environment and volumes that give it the model's
+    tokenizer (the model's PVC mounted read-only, or the Hugging Face Hub with a cache).
+    Empty lists otherwise."""
+    pod: dict[str, Any] = {"args": [], "env": [], "volumes": [], "volume_mounts": []}
+    if not spec.router.kv_events.enabled:
+        return pod
+    volumes = ModelVolumes()
+    tokenizer = volumes.source(spec.model.source, f"{MODELS_DIR}/base")
+    if spec.model.source.hugging_face is not None:
+        volumes.volumes.append({"name": "hf-cache", "emptyDir": {}})
+        volumes.mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
+    pod["args"] = [
+        "--kv-events",
+        "--kv-events-port",
+        str(constants.KV_EVENTS_PORT),
+        "--kv-events-replay-port",
+        str(constants.KV_EVENTS_REPLAY_PORT),
+        "--kv-events-block-size",
+        str(spec.engine.block_size),
+        "--tokenizer",
+        tokenizer,
+    ]
+    pod["env"] = hub_env(spec.model.source)
+    pod["volumes"], pod["volume_mounts"] = volumes.volumes, volumes.mounts
+    return pod
 
 
 def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[str, Any]:
@@ -53,6 +83,8 @@ def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[
         "--model",
         spec.model.served_name,
     ]
+    kv_events = kv_events_pod(spec)
+    args += kv_events["args"]
     hold_s = no_engine_hold_s(router, auto)
     if hold_s:
         args += ["--no-engine-hold-seconds", str(hold_s)]
@@ -70,6 +102,9 @@ def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[
         "args": args,
         "ports": ports,
         "resources": {"cpu": router.resources.cpu, "memory": router.resources.memory},
+        "env": kv_events["env"],
+        "volumes": kv_events["volumes"],
+        "volume_mounts": kv_events["volume_mounts"],
         "drain_s": defaults.ROUTER_DRAIN_S,
         "termination_grace_s": defaults.ROUTER_DRAIN_S
         + spec.engine.termination_grace_period_seconds,

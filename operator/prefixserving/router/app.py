@@ -35,7 +35,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import aiohttp
@@ -54,6 +54,10 @@ from prefixserving.router.hygiene import PrefixHygiene
 from prefixserving.router.policies.base import Decision, RoutingContext, RoutingPolicy, route
 from prefixserving.router.proxy import Exchange, Proxy, UpstreamRequest
 from prefixserving.router.upstream import UpstreamPool
+
+if TYPE_CHECKING:  # the KV event mode's dependencies are an extra: prefixserving[kv-events]
+    from prefixserving.router.kv_events.lookup import CachedBlocks
+    from prefixserving.router.kv_events.subscriber import KvEventSubscriptions
 
 KeyFunction = Callable[[Mapping[str, Any], prefix_hashing.KeyConfig], prefix_hashing.PrefixKey]
 Handler = Callable[[Scope, Receive], Awaitable[ASGIApp | None]]
@@ -129,7 +133,10 @@ class Router:
         config: RouterConfig | None = None,
         hygiene: PrefixHygiene | None = None,
         hot: HotPrefixes | None = None,
+        kv_events: tuple[KvEventSubscriptions, CachedBlocks] | None = None,
     ) -> None:
+        """``kv_events``: the engines' KV cache event subscriptions and the lookup that fills
+        ``RoutingContext.cached`` from them (None: the router does not follow the events)."""
         self.pool = pool
         self.policy = policy
         self.key_config = key_config or prefix_hashing.KeyConfig()
@@ -138,7 +145,8 @@ class Router:
         self.hot = hot or HotPrefixes(self.key_config)
         self.hold = ReadyHold(pool.healthy, self.config.no_engine_hold_s)
         pool.on_healthy_change = self.hold.healthy_changed
-        self.metrics = RouterMetrics(pool, self.hygiene, self.hold)
+        self.kv_subscriptions, self.cached_blocks = kv_events or (None, None)
+        self.metrics = RouterMetrics(pool, self.hygiene, self.hold, self.kv_subscriptions)
         pool.on_eject = lambda url: self.metrics.ejections.inc(url)
         self._rotation = itertools.count()
         self.upstream = UpstreamPool(
@@ -159,6 +167,9 @@ class Router:
             trust_env=False,
         )
         await self.pool.refresh_members()
+        if self.kv_subscriptions is not None:
+            self.kv_subscriptions.follow(self.pool.members)
+            self.pool.on_members_change = self.kv_subscriptions.follow
         task = asyncio.create_task(self.pool.run(scrape_session))
         try:
             yield
@@ -166,6 +177,9 @@ class Router:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if self.kv_subscriptions is not None:
+                self.pool.on_members_change = None
+                await self.kv_subscriptions.close()
             await scrape_session.close()
             self.upstream.close()
 
@@ -200,15 +214,19 @@ class Router:
     ) -> Decision | None:
         """The routing step of one request, shared by the HTTP router and the endpoint picker:
         record ``key`` (None: a request without one) for prefix hygiene and hot prefixes, then
-        let the policy decide among ``backends`` with the scraped loads and count the decision.
-        None when ``backends`` is empty. Cost: one ``policies.base.route``."""
+        let the policy decide among ``backends`` with the scraped loads (and, when the router
+        follows the engines' KV cache events, their cached depth for ``body``) and count the
+        decision. None when ``backends`` is empty. Cost: one ``policies.base.route`` (plus one
+        ``kv_events.lookup`` when following events)."""
         if key is not None:
             self.hygiene.observe(key)
             self.hot.observe(key, body)
         if not backends:
             return None
         blocks = key.blocks if key is not None else ()
-        decision = route(self.policy, RoutingContext(blocks, backends, self.pool.loads()))
+        cached = {} if self.cached_blocks is None else self.cached_blocks.cached(body, backends)
+        context = RoutingContext(blocks, backends, self.pool.loads(), cached)
+        decision = route(self.policy, context)
         self.metrics.decisions.inc(self.policy.name, decision.reason.value)
         return decision
 

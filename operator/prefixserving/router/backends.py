@@ -132,7 +132,8 @@ class BackendPool:
 
     Give either ``static`` URLs or ``dns`` (``(name, port)``). ``on_eject(url)`` is called at
     each ejection (the router counts them in its metrics); ``on_healthy_change()`` whenever
-    the healthy set changes (the router's hold wakes its waiters).
+    the healthy set changes (the router's hold wakes its waiters); ``on_members_change(members)``
+    whenever a backend joins or leaves (the KV event subscriptions follow the members).
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class BackendPool:
         self._clock = clock
         self.on_eject = on_eject
         self.on_healthy_change: Callable[[], None] | None = None
+        self.on_members_change: Callable[[tuple[str, ...]], None] | None = None
         self._states: dict[str, BackendState] = {}
         self._healthy: tuple[str, ...] = ()
         self._set_members(url.rstrip("/") for url in static)
@@ -163,12 +165,15 @@ class BackendPool:
 
     def _set_members(self, urls: Iterable[str]) -> None:
         wanted = set(urls)
+        changed = wanted != self._states.keys()
         for url in list(self._states):
             if url not in wanted:
                 del self._states[url]
         for url in wanted:
             self._states.setdefault(url, BackendState(url))
         self._update_healthy()
+        if changed and self.on_members_change is not None:
+            self.on_members_change(self.members)
 
     def _update_healthy(self) -> None:
         healthy = tuple(sorted(url for url, s in self._states.items() if s.ejected_until is None))

@@ -82,6 +82,13 @@ class RouterSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     scrape_interval_s: float = 1.0
     no_engine_hold_seconds: float = 0.0
+    kv_events: bool = False
+    kv_events_port: int = constants.KV_EVENTS_PORT
+    kv_events_replay_port: int = constants.KV_EVENTS_REPLAY_PORT
+    kv_events_block_size: int = 16
+    kv_events_hash_seed: str = constants.KV_EVENTS_HASH_SEED
+    kv_events_max_blocks: int = 200_000
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backends", tuple(self.backends))  # JSON gives a list
@@ -173,6 +180,53 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     show_default=True,
     help="While no engine is Ready, hold each request this long for one to start, then 503 "
     "with Retry-After (0: 503 at once). For scale from zero (autoscaling.minReplicas: 0).",
+)
+@click.option(
+    "--kv-events/--no-kv-events",
+    default=False,
+    show_default=True,
+    help="Follow the engines' KV cache events (vLLM --kv-events-config, ZMQ) and prefer the "
+    "engine that holds the most leading blocks of each request; needs --tokenizer and the "
+    f"engines' --prefix-caching-hash-algo {constants.KV_EVENTS_HASH_ALGO}.",
+)
+@click.option(
+    "--kv-events-port",
+    type=click.IntRange(1, 65535),
+    default=_DEFAULTS.kv_events_port,
+    show_default=True,
+    help="The engines' KV event publisher port (on each engine's address).",
+)
+@click.option(
+    "--kv-events-replay-port",
+    type=click.IntRange(1, 65535),
+    default=_DEFAULTS.kv_events_replay_port,
+    show_default=True,
+    help="The engines' KV event replay port, asked after missed events.",
+)
+@click.option(
+    "--kv-events-block-size",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.kv_events_block_size,
+    show_default=True,
+    help="The engines' KV block size in tokens (vLLM --block-size; 16 on GPUs).",
+)
+@click.option(
+    "--kv-events-hash-seed",
+    default=_DEFAULTS.kv_events_hash_seed,
+    show_default=True,
+    help="The engines' PYTHONHASHSEED if they set one (vLLM seeds block hashes with it).",
+)
+@click.option(
+    "--kv-events-max-blocks",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.kv_events_max_blocks,
+    show_default=True,
+    help="Block hashes kept per engine (about 150 bytes each); the oldest go first.",
+)
+@click.option(
+    "--tokenizer",
+    metavar="NAME_OR_PATH",
+    help="--kv-events: the engines' Hugging Face tokenizer (model name or folder).",
 )
 @click.option(
     "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
@@ -346,6 +400,7 @@ def build_router(settings: RouterSettings) -> Router:
         config=PoolConfig(scrape_interval_s=s.scrape_interval_s),
     )
     return Router(
+        kv_events=_kv_events(s),
         pool=pool,
         policy=make_policy(s.policy, **policy_config),
         key_config=KeyConfig(
@@ -355,6 +410,38 @@ def build_router(settings: RouterSettings) -> Router:
             max_body_bytes=s.max_body_bytes, no_engine_hold_s=s.no_engine_hold_seconds
         ),
     )
+
+
+def _kv_events(s: RouterSettings) -> tuple[Any, Any] | None:
+    """The KV event subscriptions and lookup of ``--kv-events`` (None without it)."""
+    if not s.kv_events:
+        return None
+    if not s.tokenizer:
+        raise ValueError(
+            "--kv-events needs --tokenizer: the engines' model name or tokenizer folder, "
+            "e.g. --tokenizer meta-llama/Llama-3.1-8B-Instruct"
+        )
+    try:
+        from prefixserving.router.kv_events.hashing import BlockHasher
+        from prefixserving.router.kv_events.index import KvIndex
+        from prefixserving.router.kv_events.lookup import CachedBlocks
+        from prefixserving.router.kv_events.subscriber import FeedConfig, KvEventSubscriptions
+        from prefixserving.router.kv_events.tokens import RequestTokenizer
+    except ImportError as error:
+        raise ValueError(
+            f"--kv-events needs {error.name}: pip install 'prefixserving[kv-events]'"
+        ) from error
+    index = KvIndex(s.kv_events_max_blocks)
+    subscriptions = KvEventSubscriptions(
+        index, FeedConfig(port=s.kv_events_port, replay_port=s.kv_events_replay_port)
+    )
+    lookup = CachedBlocks(
+        index,
+        BlockHasher(s.kv_events_block_size, s.kv_events_hash_seed),
+        RequestTokenizer(s.tokenizer, s.kv_events_block_size * s.prefix_blocks),
+        base_model=s.model,
+    )
+    return subscriptions, lookup
 
 
 def build_router_app(settings: RouterSettings) -> RouterApp:

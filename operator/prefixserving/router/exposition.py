@@ -32,6 +32,13 @@ instead of leaving stale series.
 ``prefixserving_router_prefix_hygiene_cause``          model, cause: 1 for the current cause
 ``prefixserving_router_held_requests``                 requests waiting for a Ready engine
                                                        (router.hold; KEDA's activation)
+``prefixserving_router_kv_events_lag_seconds``         backend: receipt time minus the
+                                                       engine's timestamp of its last KV
+                                                       event batch (router.kv_events)
+``prefixserving_router_kv_events_blocks``              backend: block hashes the router
+                                                       holds for the engine
+``prefixserving_router_kv_events_batches_total``       backend: KV event batches applied
+``prefixserving_router_kv_events_resyncs_total``       backend, outcome (replayed, cleared)
 =====================================================  =========================================
 """
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -54,6 +62,9 @@ from prefixserving import constants
 from prefixserving.router.backends import BackendPool
 from prefixserving.router.hold import ReadyHold
 from prefixserving.router.hygiene import PrefixHygiene
+
+if TYPE_CHECKING:  # the KV event mode's dependencies are an extra: prefixserving[kv-events]
+    from prefixserving.router.kv_events.subscriber import KvEventSubscriptions
 
 PREFIX = "prefixserving_router"
 LATENCY_BUCKETS_S = (
@@ -113,12 +124,18 @@ class _Collector(Collector):
     read from the pool and hygiene at scrape time."""
 
     def __init__(
-        self, metrics: RouterMetrics, pool: BackendPool, hygiene: PrefixHygiene, hold: ReadyHold
+        self,
+        metrics: RouterMetrics,
+        pool: BackendPool,
+        hygiene: PrefixHygiene,
+        hold: ReadyHold,
+        kv_events: KvEventSubscriptions | None,
     ) -> None:
         self.metrics = metrics
         self.pool = pool
         self.hygiene = hygiene
         self.hold = hold
+        self.kv_events = kv_events
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
@@ -163,12 +180,51 @@ class _Collector(Collector):
             "Requests waiting for a Ready engine (none is Ready; KEDA's activation reads it).",
             value=self.hold.held,
         )
+        if self.kv_events is not None:
+            yield from _kv_event_families(self.kv_events)
+
+
+def _kv_event_families(kv_events: KvEventSubscriptions) -> Iterator[Metric]:
+    """Per followed engine: its last batch's lag, the blocks held, batches and resyncs."""
+    lag = GaugeMetricFamily(
+        f"{PREFIX}_kv_events_lag_seconds",
+        "Receipt time minus the engine's timestamp of its last KV event batch.",
+        labels=["backend"],
+    )
+    blocks = GaugeMetricFamily(
+        f"{PREFIX}_kv_events_blocks",
+        "Block hashes the router holds for the engine (bounded per engine).",
+        labels=["backend"],
+    )
+    batches = CounterMetricFamily(
+        f"{PREFIX}_kv_events_batches", "KV event batches applied.", labels=["backend"]
+    )
+    resyncs = CounterMetricFamily(
+        f"{PREFIX}_kv_events_resyncs",
+        "Resyncs after missed KV event batches: replayed, or cleared when the replay fell short.",
+        labels=["backend", "outcome"],
+    )
+    sizes = kv_events.index.sizes()
+    for backend, feed in sorted(kv_events.feeds.items()):
+        if feed.lag_s is not None:
+            lag.add_metric([backend], feed.lag_s)
+        blocks.add_metric([backend], sizes.get(backend, 0))
+        batches.add_metric([backend], feed.batches)
+        for outcome, count in sorted(feed.resyncs.items()):
+            resyncs.add_metric([backend, outcome], count)
+    yield from (lag, blocks, batches, resyncs)
 
 
 class RouterMetrics:
     """Every metric of one router instance, in its own registry (tests run several)."""
 
-    def __init__(self, pool: BackendPool, hygiene: PrefixHygiene, hold: ReadyHold) -> None:
+    def __init__(
+        self,
+        pool: BackendPool,
+        hygiene: PrefixHygiene,
+        hold: ReadyHold,
+        kv_events: KvEventSubscriptions | None = None,
+    ) -> None:
         self.requests = LabelledCounter(
             f"{PREFIX}_requests", "Proxied requests by backend and outcome.", ("backend", "outcome")
         )
@@ -189,4 +245,4 @@ class RouterMetrics:
             LATENCY_BUCKETS_S,
         )
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_Collector(self, pool, hygiene, hold))
+        self.registry.register(_Collector(self, pool, hygiene, hold, kv_events))

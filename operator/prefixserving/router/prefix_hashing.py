@@ -280,7 +280,7 @@ def _pack_tokens(ids: Sequence[Any]) -> bytes:
         raise RequestError("token ids must be integers", param="prompt") from error
 
 
-def _first_prompt(prompt: Any) -> str | list[Any]:
+def first_prompt(prompt: Any) -> str | list[Any]:
     """The prompt to key: text or token ids (the first element of a batch). Only the type of
     the first element is checked here; the ids that are hashed are checked when packed, the
     rest is the engine's to validate (so a long prompt costs nothing extra)."""
@@ -353,7 +353,7 @@ def completion_key(body: Mapping[str, Any], config: KeyConfig) -> PrefixKey:
     model = request_model(body)
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
-    prompt = _first_prompt(body["prompt"])
+    prompt = first_prompt(body["prompt"])
     salt = _salt(body)
     adapter = _adapter(model, config)
     if isinstance(prompt, str):
@@ -394,7 +394,7 @@ def replay_body(body: Mapping[str, Any], key: PrefixKey, depth: int, config: Key
             out["tools"] = tools
         out["messages"] = messages
         return out
-    prompt = _first_prompt(body["prompt"])
+    prompt = first_prompt(body["prompt"])
     size = config.block_chars if key.kind is ContentKind.TEXT else config.block_tokens
     out["prompt"] = prompt[: depth * size]
     return out

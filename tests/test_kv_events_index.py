@@ -36,11 +36,14 @@ def test_the_bound_evicts_the_oldest_stored_block() -> None:
         EngineBlocks(max_blocks=0)
 
 
-def test_cached_lists_backends_holding_a_leading_block() -> None:
+def test_cached_lists_every_followed_backend_with_its_leading_depth() -> None:
+    """A followed engine holding none of the request is listed with 0 (the policy tells a
+    request no engine holds from a router without events); one not followed is left out."""
     index = KvIndex()
     index.engine("a").store([1, 2])
     index.engine("b").store([2])
-    assert index.cached(["a", "b", "c"], [1, 2, 3]) == {"a": 2}
+    assert index.cached(["a", "b", "c"], [1, 2, 3]) == {"a": 2, "b": 0}
+    assert index.cached(["b"], [1, 2, 3]) == {"b": 0}
     assert index.cached(["a"], []) == {}
     index.drop("a")
     assert index.sizes() == {"b": 1}

@@ -81,6 +81,36 @@ def test_the_policy_sees_the_engines_cached_depth(
     assert "prefixserving_router_kv_events_blocks" in metrics  # exposed (no feed yet: empty)
 
 
+def test_prefix_affinity_follows_the_engine_that_holds_the_request(
+    tokenizer: RequestTokenizer,
+) -> None:
+    """The shipped policy behind the router: the request goes to the engine whose events
+    say it holds the request's prefix, not to its rendezvous first choice; an engine that
+    holds nothing of it is listed with 0."""
+    from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+
+    index = KvIndex()
+    lookup = CachedBlocks(index, BlockHasher(BLOCK_SIZE), tokenizer, base_model="m")
+    pool = BackendPool(static=(A, B))
+    router = Router(
+        pool=pool,
+        policy=PrefixAffinityPolicy(),
+        key_config=KeyConfig(base_model="m"),
+        kv_events=(KvEventSubscriptions(index), lookup),
+    )
+    body = {"model": "m", "prompt": WORDS}
+    key = completion_key(body, router.key_config)
+    first = router.decide(key, body, (A, B))
+    assert first is not None
+    other = B if first.backend == A else A
+    index.engine(first.backend).store([])  # followed, holding nothing of the request
+    index.engine(other).store(lookup.keys(body))
+    decision = router.decide(key, body, (A, B))
+    assert decision is not None
+    assert (decision.backend, decision.reason) == (other, DecisionReason.CACHED)
+    assert lookup.cached(body, (A, B)) == {first.backend: 0, other: 8}
+
+
 def test_without_the_mode_the_policy_sees_no_cached_blocks() -> None:
     policy = RecordingPolicy()
     router = _router(policy, None)

@@ -144,8 +144,9 @@ ROWS: Final[tuple[tuple[str, tuple[Panel, ...]], ...]] = (
         (
             Panel(
                 "Routing decisions",
-                "Decisions per second by branch: affinity (cached owner), spilled (owner over "
-                "its load bound), balance, fallback.",
+                "Decisions per second by branch: affinity (the prefix's owner), spilled (owner "
+                "over its load bound), balance, fallback, cached (with engine events: the "
+                "engine that holds the request's prefix).",
                 "ops",
                 (
                     (

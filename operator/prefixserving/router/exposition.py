@@ -15,7 +15,8 @@ instead of leaving stale series.
                                                        disconnected, rejected, no_backend;
                                                        the endpoint picker: shed)
 ``prefixserving_router_decisions_total``               policy, decision (affinity, spilled,
-                                                       fallback, balance)
+                                                       fallback, balance; with engine
+                                                       events: cached)
 ``prefixserving_router_retries_total``                 reason (connect_error, server_error,
                                                        read_error; the endpoint picker:
                                                        gateway)

@@ -116,13 +116,14 @@ class KvIndex:
         return 0 if blocks is None else blocks.depth(keys)
 
     def cached(self, backends: Iterable[str], keys: Sequence[int]) -> dict[str, int]:
-        """``RoutingContext.cached``: per backend with at least one leading block held, how
-        many. Cost: O(depth) per backend."""
+        """``RoutingContext.cached``: for each of ``backends`` this index follows, how many
+        leading blocks of ``keys`` it holds, 0 included (so that a request no engine holds is
+        told apart from a router without events, which gives an empty mapping); empty when
+        there are no keys. Cost: O(depth) per backend."""
         if not keys:
             return {}
-        out = {}
-        for backend in backends:
-            depth = self.cached_depth(backend, keys)
-            if depth:
-                out[backend] = depth
-        return out
+        return {
+            backend: self.cached_depth(backend, keys)
+            for backend in backends
+            if backend in self._engines
+        }

@@ -116,28 +116,41 @@ def test_warmed_prefix_hits_on_first_request_and_cold_one_does_not(
 async def test_router_hot_prefixes_warm_the_new_member(real_engines: list) -> None:
     """Traffic through the real router to engine A; engine B joins and warms the hot prefixes
     the router says B will own: B's first request with an owned prefix hits its cache, a
-    prefix that stays on A does not."""
+    prefix that stays on A does not. The prompts are drawn so that B owns some, not all."""
     from tests.router_support import running_router
 
+    from prefixserving.router.policies.base import home
     from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
+    from prefixserving.router.prefix_hashing import chat_key
     from prefixserving.warmup.runner import WarmupConfig, run_warmup
     from prefixserving.warmup.state import WarmupState
 
     engine_a, engine_b = real_engines
     policy = PrefixAffinityPolicy()
-    tag = uuid.uuid4().hex
-    systems = [f"{tag} group {g} assistant. {FILLER}" for g in range(6)]
+    members = sorted([engine_a.url, engine_b.url])
+
+    def body_of(system: str, question: str) -> dict:
+        return {
+            "model": "tiny-llama",
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": question},
+            ],
+            "max_tokens": 1,
+        }
+
     async with running_router([engine_a.url], policy=policy) as router:
+        # Draw the tag until the six prompts' homes with B joined split between A and B: a
+        # single draw gives one engine all six 1 time in 32.
+        for _ in range(100):
+            tag = uuid.uuid4().hex
+            systems = [f"{tag} group {g} assistant. {FILLER}" for g in range(6)]
+            keys = [chat_key(body_of(s, "x"), router.router.key_config) for s in systems]
+            if len({home(PrefixAffinityPolicy(), k.blocks, members) for k in keys}) == 2:
+                break
         for system in systems:
             for question in ("What is clause 1?", "What is clause 2?"):
-                body = {
-                    "model": "tiny-llama",
-                    "messages": [
-                        {"role": "system", "content": system},
-                        {"role": "user", "content": question},
-                    ],
-                    "max_tokens": 1,
-                }
+                body = body_of(system, question)
                 answer = await router.client.post("/v1/chat/completions", json=body, timeout=300)
                 assert answer.status_code == 200, answer.text
         owned = router.router.hot.owned_by(engine_b.url, [engine_a.url], policy, 32)

@@ -31,8 +31,9 @@ Options:
     checked and not-reaching ids, and one outcome per test id (``passed``, ``failed``,
     ``error``, ``skipped``, ``xfailed``, ``xpassed``) with the one-line failure message;
 ``--contract-check-deselected``
-    run the first collected test of each ``deselected.toml`` group instead of deselecting it,
-    to check the group's reason still holds (``deselect_checks`` in the report).
+    run the first collected test of each ``deselected.toml`` group that has ``fails_with``
+    instead of deselecting it, to check the group's reason still holds (``deselect_checks`` in
+    the report).
 
 It also provides ``caplog_vllm``, a fixture of vLLM's top-level conftest (which the contract
 run leaves out with ``--noconftest``: it imports vLLM's heavy test dependencies).
@@ -221,7 +222,7 @@ class ContractRun:
         checks: dict[int, str] = {}
         if self.config.getoption("--contract-check-deselected"):
             for item in items:
-                if item.nodeid in listed:
+                if item.nodeid in listed and listed[item.nodeid].fails_with is not None:
                     checks.setdefault(listed[item.nodeid].group, item.nodeid)
         self.report["deselect_checks"] = sorted(checks.values())
         self.report["deselected"] = self._deselect(items, set(listed) - set(checks.values()))

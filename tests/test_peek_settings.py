@@ -21,3 +21,32 @@ def test_a_bad_response_ratio_names_the_variable(raw: str, message: str) -> None
     with pytest.raises(ValueError, match=message) as caught:
         PeekSettings.from_env({constants.ENV_MAX_RESPONSE_RATIO: raw})
     assert constants.ENV_MAX_RESPONSE_RATIO in str(caught.value)
+
+
+def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
+    """docs/peek.md's table of engine variables states each default as PeekSettings has it
+    (it once said 256 overtakes while the engine used 128)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "peek.md").read_text()
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(
+            r"^\|[^\n]*`(PREFIXSERVING_[A-Z_]+)`[^\n]*\| `([^`]+)` \|$", text, re.M
+        )
+    }
+    defaults = PeekSettings()
+    expected = {
+        constants.ENV_MAX_SIBLING_WAIT_MS: defaults.max_sibling_wait_ms,
+        constants.ENV_PIN_BUDGET_FRACTION: defaults.pin_budget_fraction,
+        constants.ENV_LANES: defaults.lanes,
+        constants.ENV_MAX_OVERTAKES: defaults.max_overtakes,
+        constants.ENV_MAX_RESPONSE_RATIO: defaults.max_response_ratio,
+    }
+    assert set(rows) == set(expected), rows
+    for name, value in expected.items():
+        shown = rows[name]
+        assert (
+            (shown == str(value).lower()) if isinstance(value, bool) else (float(shown) == value)
+        ), (name, shown, value)

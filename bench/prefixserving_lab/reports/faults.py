@@ -106,5 +106,9 @@ NOTES = [
     " so it can outlast the trace): for prefix-affinity each step moves the old pod's keys"
     " and the new pod's share of everyone's, about 2/N of the keys, so the dip repeats for"
     " the whole rollout.",
+    "- With engine events (prefix_affinity_events), a request whose prefix one engine holds"
+    " beyond the others goes there, so keys that a join or a removal moves in the ranking stay"
+    " where they are cached, and a new pod takes only new conversations. What is lost is what"
+    " the removed or replaced pods held.",
     "",
 ]

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from policy_support import BACKENDS, random_traffic
 from prefixserving import constants
 from prefixserving.router.policies.base import (
     BackendLoad,
@@ -24,30 +25,16 @@ from prefixserving.router.policies.registry import POLICY_NAMES, make_policy
 from prefixserving.router.policies.two_choice import TwoChoicePolicy
 from prefixserving.router.prefix_hashing import KeyConfig
 
-BACKENDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
-
 
 def _ranking(policy: RoutingPolicy, blocks: tuple[int, ...]) -> tuple[str, ...]:
     """The policy's order of preference for ``blocks`` when every backend is idle."""
     return policy.select(RoutingContext(blocks, BACKENDS)).candidates
 
 
-def _traffic(seed: int, count: int) -> list[RoutingContext]:
-    """Requests from 40 prefixes (first block shared, then 2 own blocks) with random loads."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        group = rng.randrange(40)
-        blocks = (1000 + group, 5000 + group * 7, rng.getrandbits(64))
-        loads = {b: BackendLoad(rng.randrange(6), rng.randrange(3), rng.random()) for b in BACKENDS}
-        out.append(RoutingContext(blocks, BACKENDS, loads))
-    return out
-
-
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_two_instances_agree(name: str) -> None:
     first, second = make_policy(name), make_policy(name)
-    for ctx in _traffic(1, 600):
+    for ctx in random_traffic(1, 600):
         a, b = first.select(ctx), second.select(ctx)
         assert a == b
         first.on_routed(ctx, a)

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from policy_support import BACKENDS, random_traffic
 from prefixserving.router.policies.base import BackendLoad, DecisionReason, RoutingContext
 from prefixserving.router.policies.prefix_affinity import (
     PrefixAffinityConfig,
@@ -15,7 +16,6 @@ from prefixserving.router.policies.prefix_affinity import (
 )
 from prefixserving.router.policies.registry import make_policy
 
-BACKENDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
 BLOCKS = (11, 22, 33)
 
 
@@ -31,19 +31,6 @@ def _cached(**depths: int) -> dict[str, int]:
     out = dict.fromkeys(BACKENDS, 0)
     for rank, depth in depths.items():
         out[ranking[int(rank[1:])]] = depth
-    return out
-
-
-def _traffic(seed: int, count: int) -> list[RoutingContext]:
-    """Requests of 40 prefixes with random loads and random cached depths."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        group = rng.randrange(40)
-        blocks = (1000 + group, 5000 + group * 7, rng.getrandbits(64))
-        loads = {b: BackendLoad(rng.randrange(6), rng.randrange(3), rng.random()) for b in BACKENDS}
-        cached = {b: rng.choice((0, 0, 0, 1, 2, 3)) for b in BACKENDS}
-        out.append(RoutingContext(blocks, BACKENDS, loads, cached))
     return out
 
 
@@ -141,7 +128,7 @@ def test_two_choices_by_load_never_move_off_a_shared_prefix() -> None:
 def test_a_restarted_router_follows_the_events_from_its_first_request() -> None:
     ranking = _ranking()
     seasoned = PrefixAffinityPolicy()
-    for ctx in _traffic(3, 500):
+    for ctx in random_traffic(3, 500, cached=True):
         seasoned.on_routed(ctx, seasoned.select(ctx))
     fresh = PrefixAffinityPolicy()
     held = RoutingContext(BLOCKS, BACKENDS, cached=_cached(r6=3))
@@ -152,7 +139,7 @@ def test_a_restarted_router_follows_the_events_from_its_first_request() -> None:
 
 def test_two_replicas_with_the_same_events_and_loads_agree() -> None:
     first, second = make_policy("prefix-affinity"), make_policy("prefix-affinity")
-    for ctx in _traffic(1, 600):
+    for ctx in random_traffic(1, 600, cached=True):
         a, b = first.select(ctx), second.select(ctx)
         assert a == b
         first.on_routed(ctx, a)
@@ -160,7 +147,7 @@ def test_two_replicas_with_the_same_events_and_loads_agree() -> None:
 
 
 def test_routers_fed_different_halves_agree_where_one_engine_leads() -> None:
-    traffic = _traffic(2, 1200)
+    traffic = random_traffic(2, 1200, cached=True)
     left, right = PrefixAffinityPolicy(), PrefixAffinityPolicy()
     for i, ctx in enumerate(traffic):
         policy = left if i % 2 else right

@@ -182,7 +182,7 @@ def run(
     stem = f"{rel.version}-{mode_name}"
     report = workdir / f"{stem}.json"
     log = None if stream else workdir / f"{stem}.log"
-    hf_home = build_hf_home(workdir / "hf-home")
+    hf_home = build_hf_home(workdir / f"{stem}-hf-home")  # its own: runs may go in parallel
     argv = command(mode, report, check_deselected=check_deselected, extra=extra)
     started = time.monotonic()
     with contextlib.ExitStack() as stack:

@@ -232,7 +232,7 @@ def markdown(result: dict[str, Any]) -> str:
     show_default=True,
     help="Workload forms to run (repeat the option for several).",
 )
-@click.option("--groups", default=8, show_default=True)
+@click.option("--groups", default=12, show_default=True)
 @click.option("--per-group", default=6, show_default=True)
 @click.option(
     "--prefix-len", default=1024, show_default=True, help="Tokens (tokens) or words (chat)."
@@ -246,7 +246,7 @@ def markdown(result: dict[str, Any]) -> str:
     help="Offered load; the default is above what 2 CPU cores prefill, so a queue forms (at "
     "2 req/s nothing queues and both schedulers see the same order).",
 )
-@click.option("--rounds", default=2, show_default=True, help="Alternating engine order.")
+@click.option("--rounds", default=4, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
 @click.option("--long-prefill-token-threshold", default=256, show_default=True)
 @click.option(

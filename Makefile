@@ -19,7 +19,8 @@ demo: setup
 test: setup lint
 	# The operator scenarios on a real cluster: they skip, saying why, when none is reachable.
 	$(BIN)/pytest -p no:cacheprovider -q -ra e2e
-	$(BIN)/pytest -p no:cacheprovider -q -ra tests
+	# The slowest 25 tests are listed at the end, to see where the time goes.
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 tests
 
 ## The tests that start no process and import no vLLM (no engines, Prometheus, helm...).
 test-fast: setup

@@ -13,8 +13,9 @@ on them with PEEK's defaults. Then:
   release, and none of them is judged a defect.
 
 ``test_kv_cache_utils.py`` never reaches a scheduler and runs on stock only (see the plugin).
-Measured on an idle two-core machine: 4.1 min in all for both releases, 5.6 min of CPU (run one
-after another, the same runs took 6.9 min). Needs ``make setup``, which downloads the releases.
+Measured on two cores: 4.1 min in all for both releases, 5.6 min of CPU; one run after another,
+the same runs took 6.9 min in a whole ``make test`` and 8.4 min alone. Needs ``make setup``,
+which downloads the releases.
 """
 
 from __future__ import annotations

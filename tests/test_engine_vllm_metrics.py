@@ -16,6 +16,7 @@ from tests.test_engine_vllm_scheduler import make_request, shared_prompt
 from prefixserving.engine.vllm import PeekScheduler
 from prefixserving.peek.metrics import ENV_METRICS_FILE, SnapshotCollector
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
+from prefixserving_lab.runners.replay import fabricate_output
 
 pytestmark = pytest.mark.slow  # imports vLLM
 
@@ -36,10 +37,11 @@ def test_scheduler_writes_a_snapshot_the_collector_exports(
     shape = EngineShape(num_blocks=400, block_size=128, long_prefill_token_threshold=512)
     scheduler = build_scheduler(PeekScheduler, shape)
     scheduler.schedule()  # empty step: first snapshot
+    # From here on only a change in held siblings makes the scheduler write (no timer).
+    scheduler._metrics_writer.interval_s = float("inf")
     for i in range(4):
         scheduler.add_request(make_request(f"r{i}", shared_prompt(i), arrival=i))
-    scheduler._metrics_writer._last_write = float("-inf")  # write on the next step
-    scheduler.schedule()
+    output = scheduler.schedule()
     assert scheduler.waiting.num_held == 3
     assert Path(f"{base}.0").exists()
     values = samples(SnapshotCollector(str(base)).collect())
@@ -57,6 +59,15 @@ def test_scheduler_writes_a_snapshot_the_collector_exports(
     assert values[("prefixserving:peek_info", tuple(sorted(info)))] == 1
     # The siblings' uncached full blocks are the pioneer's, being computed: none left over.
     assert values[("prefixserving:peek_uncached_waiting_tokens", labels)] == 0
+    # The pioneer's chunks run; at the step its siblings are released the file says so.
+    for _ in range(20):
+        scheduler.update_from_output(output, fabricate_output(output, scheduler))
+        output = scheduler.schedule()
+        if not scheduler.waiting.num_held:
+            break
+    assert scheduler.waiting.num_held == 0
+    values = samples(SnapshotCollector(str(base)).collect())
+    assert values[("prefixserving:peek_held_siblings", labels)] == 0
     scheduler.shutdown()
     assert not Path(f"{base}.0").exists()
     assert list(SnapshotCollector(str(base)).collect()) == []

@@ -273,7 +273,7 @@ class PeekScheduler(Scheduler):
         )
         if output.preempted_req_ids:
             self.waiting.release_pins()
-        if self._metrics_writer is not None and self._metrics_writer.due():
+        if self._metrics_writer is not None and self._metrics_writer.due(self.waiting.num_held):
             self._metrics_writer.write(self.peek_snapshot())
         return output
 

@@ -1,2 +1,2 @@
-"""PEEK core, engine-agnostic (no vLLM import): the radix index over waiting requests, the
-pioneer/sibling holding rules, the eviction guard and the stride lanes."""
+"""PEEK core, engine-agnostic (no vLLM import): the index of the waiting requests' uncached
+blocks, the pioneer/sibling holding rules, the lanes and the eviction guard."""

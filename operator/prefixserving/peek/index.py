@@ -13,10 +13,6 @@ number of waiting requests that still have to compute that block, and:
 
 * the **cluster** of a request is the run of blocks from its frontier on that two or more
   waiting requests need (:meth:`QueueIndex.shared_blocks`): computing it once serves them all;
-* its **amortized cost** (:meth:`QueueIndex.amortized_blocks`) splits each uncached block among
-  the requests that need it: ``sum(1 / count(b))`` over its uncached blocks. A request that
-  shares nothing costs its whole uncached length; ``k`` requests sharing ``s`` uncached blocks
-  each carry ``s / k`` of them, so the sum over the queue is the queue's distinct uncached work;
 * ``num_nodes`` is that distinct uncached work in blocks (the autoscaler's backlog signal);
 * ``has_reuse``: some waiting request has a cached prefix, or two share their first uncached
   block: only then can the order of the queue save prefill work (two counters kept as requests
@@ -34,8 +30,8 @@ positive; a node's count is the number of indexed requests whose path holds that
 beyond their frontier; ``at(h)`` holds exactly the requests whose frontier block is ``h``.
 
 **Cost**: insert, remove and a frontier move are O(blocks moved); ``count`` and ``at`` are O(1);
-``shared_blocks`` and ``amortized_blocks`` are O(uncached blocks of the request). Nothing is
-proportional to the queue length.
+``shared_blocks`` is O(uncached blocks of the request). Nothing is proportional to the queue
+length.
 """
 
 from __future__ import annotations
@@ -145,13 +141,6 @@ class QueueIndex(Generic[H]):
                 break
             depth += 1
         return depth
-
-    def amortized_blocks(self, key: str) -> float:
-        """``key``'s uncached blocks, each divided by the waiting requests that need it.
-        O(uncached blocks)."""
-        counts = self._counts
-        path = self._paths.get(key, ())
-        return sum(1.0 / counts[h] for h in path[self._frontier.get(key, 0) :])
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the counts or the frontier sets differ from a recount.

@@ -8,8 +8,11 @@ process from prometheus_client's default registry. The two meet through a snapsh
   temporary path unless already set) and registers :class:`SnapshotCollector` in the default
   registry, so every scrape of ``/metrics`` includes the snapshot;
 * the engine core inherits the variable; the scheduler's :class:`SnapshotWriter` rewrites the
-  file (text exposition format, atomic rename) at most once per ``interval_s``, one file per
-  data-parallel engine (``<path>.<engine>``).
+  file (text exposition format, atomic rename) once per ``interval_s``, and at the step where
+  the number of held siblings changes, one file per data-parallel engine (``<path>.<engine>``).
+  The queue signal subtracts held siblings from ``vllm:num_requests_waiting``, which vLLM
+  updates every step: written on change, the two gauges are at most one step apart, where a
+  timer alone would leave a burst's siblings counted as queue for up to ``interval_s``.
 
 Each file starts with a ``# pid <n>`` comment; a file whose engine process is gone is not
 exported (an idle engine keeps its last snapshot, which stays valid). With
@@ -30,7 +33,8 @@ name                                              type     meaning
                                                            still need computed, each shared block
                                                            once, less what pioneers compute
 ``prefixserving:peek_admitted_total``             counter  admitted requests per lane
-                                                           (``lane="resume"|"fcfs"|"cache"``)
+                                                           (``lane``: resume, fcfs, aged,
+                                                           cache)
 ``prefixserving:peek_admitted_tokens_total``      counter  their uncached prompt tokens
 ``prefixserving:peek_sibling_holds_total``        counter  times a sibling was held
 ``prefixserving:peek_pressure_steps_total``       counter  steps the guard met planned blocks in
@@ -155,17 +159,23 @@ class SnapshotWriter:
         self.model_name = model_name
         self.interval_s = interval_s
         self._last_write = float("-inf")
+        self._written_held: int | None = None  # None: nothing written yet
 
     @classmethod
     def from_env(cls, engine: str, model_name: str) -> SnapshotWriter | None:
         path = os.environ.get(ENV_METRICS_FILE)
         return None if not path else cls(path, engine, model_name)
 
-    def due(self) -> bool:
+    def due(self, held_siblings: int) -> bool:
+        """True when ``interval_s`` passed since the last write, or ``held_siblings`` differs
+        from the count the last write exported (module docstring)."""
+        if held_siblings != self._written_held:
+            return True
         return time.monotonic() - self._last_write >= self.interval_s
 
     def write(self, snap: PeekSnapshot) -> None:
         self._last_write = time.monotonic()
+        self._written_held = snap.held_siblings
         tmp = self.path.with_name(self.path.name + ".tmp")
         header = f"# pid {os.getpid()}\n".encode()
         tmp.write_bytes(header + render_snapshot(snap, self.engine, self.model_name))

@@ -71,6 +71,21 @@ INVALID: list[tuple[str, str, Any, str, bool]] = [
         "spec.router.kvEvents.enabled",
         True,
     ),
+    # ... and the router tokenizes with the model's own tokenizer and chat template
+    (
+        "kv-events-chat-template",
+        "spec.engine",
+        {"extraArgs": ["--chat-template", "/templates/chat.jinja"]},
+        "spec.router.kvEvents.enabled",
+        True,
+    ),
+    (
+        "kv-events-tokenizer-revision",
+        "spec.engine",
+        {"extraArgs": ["--tokenizer_revision=v2"]},
+        "spec.router.kvEvents.enabled",
+        True,
+    ),
     ("replicas-wrong-type", "spec.replicas", "two", "spec.replicas", True),
     ("unknown-field", "spec.engine", {"gpus": 2}, "spec.engine.gpus", True),
     ("min-above-max", "spec.autoscaling", AUTOSCALED, "spec.autoscaling.maxReplicas", True),

@@ -1,5 +1,6 @@
 """spec.router.kvEvents.enabled renders the engines' KV event flags and ports and the routers'
-subscription (the engines' ports, block size and tokenizer, with what loads the tokenizer);
+subscription (the engines' ports, block size and tokenizer at the engines' revision, with what
+loads the tokenizer);
 off by default, nothing of it renders. The router's arguments are parsed by the router's own
 command line, and the engine's event endpoints are the ones the router connects to."""
 
@@ -88,6 +89,8 @@ def test_enabled_engines_publish_where_routers_subscribe() -> None:
     assert ports["kv-replay"] == settings.kv_events_replay_port
     assert settings.kv_events_block_size == int(flag_value(engine["args"], "--block-size"))
     assert settings.tokenizer == "Qwen/Qwen3-8B"
+    # The engine loads the model and its tokenizer at --revision; the router the same files.
+    assert settings.tokenizer_revision == flag_value(engine["args"], "--revision") == "main"
     assert settings.model == "qwen3-8b"
     # The Hub cache is writable (the root filesystem is read-only).
     env = {e["name"]: e.get("value") for e in routers["env"]}
@@ -101,7 +104,8 @@ def test_a_pvc_model_is_mounted_read_only_for_the_tokenizer() -> None:
     routers = container(objects, names.router_deployment("chat"), "router")
     (mount,) = routers["volumeMounts"]
     assert mount["readOnly"] and mount["subPath"] == "qwen3-8b"
-    assert router_settings(routers["args"]).tokenizer == mount["mountPath"]
+    settings = router_settings(routers["args"])
+    assert settings.tokenizer == mount["mountPath"] and settings.tokenizer_revision is None
     (volume,) = router_pod["volumes"]
     assert volume["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     assert "env" not in routers

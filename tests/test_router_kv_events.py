@@ -43,6 +43,20 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> RequestTokenizer:
     return RequestTokenizer(str(folder), max_tokens=BLOCK_SIZE * 8)
 
 
+def test_the_tokenizer_is_loaded_at_the_engines_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    loaded: list[tuple[str, dict[str, Any]]] = []
+
+    def from_pretrained(name: str, **options: Any) -> object:
+        loaded.append((name, options))
+        return object()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained)
+    RequestTokenizer("Qwen/Qwen3-8B", BLOCK_SIZE, revision="0f1e2d3")
+    assert loaded == [("Qwen/Qwen3-8B", {"revision": "0f1e2d3"})]
+
+
 def _router(policy: RecordingPolicy, lookup: CachedBlocks | None) -> Router:
     pool = BackendPool(static=(A, B))
     events = None if lookup is None else (KvEventSubscriptions(lookup.index), lookup)

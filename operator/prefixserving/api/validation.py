@@ -153,6 +153,19 @@ KV_EVENTS_FLAG_RE = (
 _KV_EVENTS_FLAG = re.compile(KV_EVENTS_FLAG_RE)
 # vLLM seeds its block hashes with PYTHONHASHSEED when set; routers use vLLM's default seed.
 HASH_SEED_ENV = "PYTHONHASHSEED"
+# Engine flags that change the tokens of a request; routers under router.kvEvents tokenize with
+# the model's own tokenizer and chat template (the model's --revision on the Hub).
+TOKENIZER_FLAGS: tuple[str, ...] = (
+    "tokenizer",
+    "tokenizer-revision",
+    "tokenizer-mode",
+    "chat-template",
+    "chat-template-content-format",
+)
+TOKENIZER_FLAG_RE = (
+    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in TOKENIZER_FLAGS) + ")(=.*)?$"
+)
+_TOKENIZER_FLAG = re.compile(TOKENIZER_FLAG_RE)
 
 
 def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
@@ -162,6 +175,18 @@ def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
     env = [e.name for e in spec.engine.env if e.name == HASH_SEED_ENV]
     if flags or env:
         return f"{', '.join(flags + env)} set: router.kvEvents needs the operator's settings"
+    return None
+
+
+def _kv_events_tokens(spec: t.PrefixServingSpec) -> str | None:
+    if not spec.router.kv_events.enabled:
+        return None
+    flags = [arg for arg in spec.engine.extra_args if _TOKENIZER_FLAG.match(arg)]
+    if flags:
+        return (
+            f"{', '.join(flags)} set: router.kvEvents tokenizes requests with the model's own "
+            "tokenizer and chat template, so its block hashes would differ from the engines'"
+        )
     return None
 
 
@@ -355,6 +380,21 @@ RULES: tuple[Rule, ...] = (
             f" || self.engine.extraArgs.all(a, !a.matches('{KV_EVENTS_FLAG_RE}')))"
             " && (!has(self.engine) || !has(self.engine.env)"
             f" || self.engine.env.all(e, e.name != '{HASH_SEED_ENV}')))"
+        ),
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="router.kvEvents.enabled",
+        message="router.kvEvents needs the engines' default tokenizer and chat template",
+        hint="remove "
+        + ", ".join(f"--{f}" for f in TOKENIZER_FLAGS)
+        + " from engine.extraArgs, or set router.kvEvents.enabled: false",
+        check=_kv_events_tokens,
+        cel=(
+            "!has(self.router) || !has(self.router.kvEvents)"
+            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
+            " || !has(self.engine) || !has(self.engine.extraArgs)"
+            f" || self.engine.extraArgs.all(a, !a.matches('{TOKENIZER_FLAG_RE}'))"
         ),
     ),
     Rule(

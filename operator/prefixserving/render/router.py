@@ -35,9 +35,9 @@ def no_engine_hold_s(router: RouterSpec, auto: EffectiveAutoscaling) -> int:
 
 def kv_events_pod(spec: PrefixServingSpec) -> dict[str, Any]:
     """With ``router.kvEvents.enabled``: the router's KV event arguments (the engines' ports,
-    block size and tokenizer), and the environment and volumes that give it the model's
-    tokenizer (the model's PVC mounted read-only, or the Hugging Face Hub with a cache).
-    Empty lists otherwise."""
+    block size, tokenizer and its Hub revision), and the environment and volumes that give it
+    the model's tokenizer (the model's PVC mounted read-only, or the Hugging Face Hub with a
+    cache). Empty lists otherwise."""
     pod: dict[str, Any] = {"args": [], "env": [], "volumes": [], "volume_mounts": []}
     if not spec.router.kv_events.enabled:
         return pod
@@ -57,6 +57,8 @@ def kv_events_pod(spec: PrefixServingSpec) -> dict[str, Any]:
         "--tokenizer",
         tokenizer,
     ]
+    if spec.model.source.hugging_face is not None:
+        pod["args"] += ["--tokenizer-revision", spec.model.source.hugging_face.revision]
     pod["env"] = hub_env(spec.model.source)
     pod["volumes"], pod["volume_mounts"] = volumes.volumes, volumes.mounts
     return pod

@@ -89,6 +89,7 @@ class RouterSettings:
     kv_events_hash_seed: str = constants.KV_EVENTS_HASH_SEED
     kv_events_max_blocks: int = 200_000
     tokenizer: str | None = None
+    tokenizer_revision: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backends", tuple(self.backends))  # JSON gives a list
@@ -227,6 +228,12 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     "--tokenizer",
     metavar="NAME_OR_PATH",
     help="--kv-events: the engines' Hugging Face tokenizer (model name or folder).",
+)
+@click.option(
+    "--tokenizer-revision",
+    metavar="REVISION",
+    help="--kv-events: the branch, tag or commit of --tokenizer on the Hub (the engines' "
+    "--revision).",
 )
 @click.option(
     "--log-format", type=click.Choice(("text", "json")), default="text", show_default=True
@@ -438,7 +445,9 @@ def _kv_events(s: RouterSettings) -> tuple[Any, Any] | None:
     lookup = CachedBlocks(
         index,
         BlockHasher(s.kv_events_block_size, s.kv_events_hash_seed),
-        RequestTokenizer(s.tokenizer, s.kv_events_block_size * s.prefix_blocks),
+        RequestTokenizer(
+            s.tokenizer, s.kv_events_block_size * s.prefix_blocks, s.tokenizer_revision
+        ),
         base_model=s.model,
     )
     return subscriptions, lookup

@@ -1,8 +1,9 @@
 """A request's leading token ids, as the engine will see them (for ``hashing``).
 
 The engine's own Hugging Face tokenizer (``transformers.AutoTokenizer``, from the model's
-name or folder, ``--tokenizer``) turns the body into tokens the way vLLM's OpenAI server
-does:
+name or folder, ``--tokenizer``, at the engine's ``--revision`` on the Hub) turns the body
+into tokens the way vLLM's OpenAI server does with its default tokenizer and chat template
+(the operator refuses engine flags that change them while ``router.kvEvents`` is on):
 
 - ``/v1/completions``: a token-id prompt as it is; a text prompt (the first of a batch)
   encoded with ``add_special_tokens`` (the request's field, default true).
@@ -46,10 +47,10 @@ def _text_content(content: Any) -> str | None:
 class RequestTokenizer:
     """Leading token ids of request bodies with the engine's tokenizer (module docstring)."""
 
-    def __init__(self, tokenizer: str, max_tokens: int) -> None:
+    def __init__(self, tokenizer: str, max_tokens: int, revision: str | None = None) -> None:
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
         self.max_tokens = max_tokens
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:

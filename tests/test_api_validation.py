@@ -86,6 +86,14 @@ INVALID: list[tuple[str, str, Any, str, bool]] = [
         "spec.router.kvEvents.enabled",
         True,
     ),
+    # ... and follows one event publisher per engine pod
+    (
+        "kv-events-data-parallel",
+        "spec.engine",
+        {"extraArgs": ["-dp", "2"]},
+        "spec.router.kvEvents.enabled",
+        True,
+    ),
     ("replicas-wrong-type", "spec.replicas", "two", "spec.replicas", True),
     ("unknown-field", "spec.engine", {"gpus": 2}, "spec.engine.gpus", True),
     ("min-above-max", "spec.autoscaling", AUTOSCALED, "spec.autoscaling.maxReplicas", True),

@@ -166,6 +166,22 @@ TOKENIZER_FLAG_RE = (
     "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in TOKENIZER_FLAGS) + ")(=.*)?$"
 )
 _TOKENIZER_FLAG = re.compile(TOKENIZER_FLAG_RE)
+# Data-parallel ranks each publish their events on the event port plus their rank (rank 1 on
+# the replay port); routers follow one publisher per engine pod. vLLM's spellings.
+DATA_PARALLEL_FLAGS: tuple[str, ...] = (
+    "--data-parallel-size",
+    "-dp",
+    "--data-parallel-size-local",
+    "-dpl",
+    "--data-parallel-rank",
+    "-dpn",
+    "--data-parallel-start-rank",
+    "-dpr",
+)
+DATA_PARALLEL_FLAG_RE = (
+    "^(" + "|".join(flag.replace("-", "[-_]") for flag in DATA_PARALLEL_FLAGS) + ")(=.*)?$"
+)
+_DATA_PARALLEL_FLAG = re.compile(DATA_PARALLEL_FLAG_RE)
 
 
 def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
@@ -186,6 +202,18 @@ def _kv_events_tokens(spec: t.PrefixServingSpec) -> str | None:
         return (
             f"{', '.join(flags)} set: router.kvEvents tokenizes requests with the model's own "
             "tokenizer and chat template, so its block hashes would differ from the engines'"
+        )
+    return None
+
+
+def _kv_events_one_rank(spec: t.PrefixServingSpec) -> str | None:
+    if not spec.router.kv_events.enabled:
+        return None
+    flags = [arg for arg in spec.engine.extra_args if _DATA_PARALLEL_FLAG.match(arg)]
+    if flags:
+        return (
+            f"{', '.join(flags)} set: with router.kvEvents each engine pod runs one "
+            "data-parallel rank (each rank publishes its events on its own port)"
         )
     return None
 
@@ -395,6 +423,21 @@ RULES: tuple[Rule, ...] = (
             " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
             " || !has(self.engine) || !has(self.engine.extraArgs)"
             f" || self.engine.extraArgs.all(a, !a.matches('{TOKENIZER_FLAG_RE}'))"
+        ),
+    ),
+    Rule(
+        model=t.PrefixServingSpec,
+        field="router.kvEvents.enabled",
+        message="router.kvEvents needs one data-parallel rank per engine pod",
+        hint="remove "
+        + ", ".join(DATA_PARALLEL_FLAGS)
+        + " from engine.extraArgs and scale with replicas, or set router.kvEvents.enabled: false",
+        check=_kv_events_one_rank,
+        cel=(
+            "!has(self.router) || !has(self.router.kvEvents)"
+            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
+            " || !has(self.engine) || !has(self.engine.extraArgs)"
+            f" || self.engine.extraArgs.all(a, !a.matches('{DATA_PARALLEL_FLAG_RE}'))"
         ),
     ),
     Rule(

@@ -65,9 +65,16 @@ OWNED_ENV: tuple[str, ...] = (
     "HF_HOME",
     "HF_TOKEN",
 )
-OWNED_FLAG_RE = (
-    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in OWNED_FLAGS) + ")(=.*)?$"
-)
+
+
+def flag_pattern(flags: tuple[str, ...]) -> str:
+    """A regular expression (Python's and CEL's alike) for an argument that sets one of
+    ``flags`` (named without dashes): ``--flag``, ``-flag`` or ``--flag=value``, with '_' for
+    '-' as vLLM accepts."""
+    return "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in flags) + ")(=.*)?$"
+
+
+OWNED_FLAG_RE = flag_pattern(OWNED_FLAGS)
 _OWNED = re.compile(OWNED_FLAG_RE)
 
 # Upper bounds that catch typos ("64Ti" for "64Gi") before the scheduler does.
@@ -146,10 +153,7 @@ def _owned_env(engine: t.EngineSpec) -> str | None:
 
 
 # What router.kvEvents sets on the engines, so that routers recompute the engines' hashes.
-KV_EVENTS_FLAGS: tuple[str, ...] = ("kv-events-config", "prefix-caching-hash-algo")
-KV_EVENTS_FLAG_RE = (
-    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in KV_EVENTS_FLAGS) + ")(=.*)?$"
-)
+KV_EVENTS_FLAG_RE = flag_pattern(("kv-events-config", "prefix-caching-hash-algo"))
 _KV_EVENTS_FLAG = re.compile(KV_EVENTS_FLAG_RE)
 # vLLM seeds its block hashes with PYTHONHASHSEED when set; routers use vLLM's default seed.
 HASH_SEED_ENV = "PYTHONHASHSEED"
@@ -162,26 +166,30 @@ TOKENIZER_FLAGS: tuple[str, ...] = (
     "chat-template",
     "chat-template-content-format",
 )
-TOKENIZER_FLAG_RE = (
-    "^(--|-)(" + "|".join(flag.replace("-", "[-_]") for flag in TOKENIZER_FLAGS) + ")(=.*)?$"
-)
-_TOKENIZER_FLAG = re.compile(TOKENIZER_FLAG_RE)
 # Data-parallel ranks each publish their events on the event port plus their rank (rank 1 on
-# the replay port); routers follow one publisher per engine pod. vLLM's spellings.
+# the replay port); routers follow one publisher per engine pod. vLLM's long and short names.
 DATA_PARALLEL_FLAGS: tuple[str, ...] = (
-    "--data-parallel-size",
-    "-dp",
-    "--data-parallel-size-local",
-    "-dpl",
-    "--data-parallel-rank",
-    "-dpn",
-    "--data-parallel-start-rank",
-    "-dpr",
+    "data-parallel-size",
+    "dp",
+    "data-parallel-size-local",
+    "dpl",
+    "data-parallel-rank",
+    "dpn",
+    "data-parallel-start-rank",
+    "dpr",
 )
-DATA_PARALLEL_FLAG_RE = (
-    "^(" + "|".join(flag.replace("-", "[-_]") for flag in DATA_PARALLEL_FLAGS) + ")(=.*)?$"
+KV_EVENTS_OFF_CEL = (
+    "!has(self.router) || !has(self.router.kvEvents)"
+    " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
 )
-_DATA_PARALLEL_FLAG = re.compile(DATA_PARALLEL_FLAG_RE)
+
+
+def _no_extra_arg_cel(pattern: str) -> str:
+    """CEL: no engine.extraArgs item matches ``pattern`` (on a PrefixServingSpec)."""
+    return (
+        "(!has(self.engine) || !has(self.engine.extraArgs)"
+        f" || self.engine.extraArgs.all(a, !a.matches('{pattern}')))"
+    )
 
 
 def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
@@ -191,30 +199,6 @@ def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
     env = [e.name for e in spec.engine.env if e.name == HASH_SEED_ENV]
     if flags or env:
         return f"{', '.join(flags + env)} set: router.kvEvents needs the operator's settings"
-    return None
-
-
-def _kv_events_tokens(spec: t.PrefixServingSpec) -> str | None:
-    if not spec.router.kv_events.enabled:
-        return None
-    flags = [arg for arg in spec.engine.extra_args if _TOKENIZER_FLAG.match(arg)]
-    if flags:
-        return (
-            f"{', '.join(flags)} set: router.kvEvents tokenizes requests with the model's own "
-            "tokenizer and chat template, so its block hashes would differ from the engines'"
-        )
-    return None
-
-
-def _kv_events_one_rank(spec: t.PrefixServingSpec) -> str | None:
-    if not spec.router.kv_events.enabled:
-        return None
-    flags = [arg for arg in spec.engine.extra_args if _DATA_PARALLEL_FLAG.match(arg)]
-    if flags:
-        return (
-            f"{', '.join(flags)} set: with router.kvEvents each engine pod runs one "
-            "data-parallel rank (each rank publishes its events on its own port)"
-        )
     return None
 
 
@@ -278,6 +262,28 @@ def _prompts_or_configmap(warmup: t.WarmupSpec) -> str | None:
     if warmup.prompts and warmup.config_map_ref is not None:
         return "set prompts or configMapRef, not both"
     return None
+
+
+def _refused_with_kv_events(flags: tuple[str, ...], message: str, hint: str, reason: str) -> Rule:
+    """The rule that refuses engine.extraArgs setting one of ``flags`` while router.kvEvents is
+    on; the problem names the arguments and ``reason``."""
+    pattern = flag_pattern(flags)
+    matches = re.compile(pattern).match
+
+    def check(spec: t.PrefixServingSpec) -> str | None:
+        if not spec.router.kv_events.enabled:
+            return None
+        found = [arg for arg in spec.engine.extra_args if matches(arg)]
+        return f"{', '.join(found)} set: {reason}" if found else None
+
+    return Rule(
+        model=t.PrefixServingSpec,
+        field="router.kvEvents.enabled",
+        message=message,
+        hint=hint,
+        check=check,
+        cel=f"{KV_EVENTS_OFF_CEL} || {_no_extra_arg_cel(pattern)}",
+    )
 
 
 ONE_SOURCE = "set exactly one of pvc and huggingFace"
@@ -402,43 +408,28 @@ RULES: tuple[Rule, ...] = (
         f"{HASH_SEED_ENV} from engine.env, or set router.kvEvents.enabled: false",
         check=_kv_events_engine,
         cel=(
-            "!has(self.router) || !has(self.router.kvEvents)"
-            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
-            " || ((!has(self.engine) || !has(self.engine.extraArgs)"
-            f" || self.engine.extraArgs.all(a, !a.matches('{KV_EVENTS_FLAG_RE}')))"
+            f"{KV_EVENTS_OFF_CEL} || ({_no_extra_arg_cel(KV_EVENTS_FLAG_RE)}"
             " && (!has(self.engine) || !has(self.engine.env)"
             f" || self.engine.env.all(e, e.name != '{HASH_SEED_ENV}')))"
         ),
     ),
-    Rule(
-        model=t.PrefixServingSpec,
-        field="router.kvEvents.enabled",
+    _refused_with_kv_events(
+        TOKENIZER_FLAGS,
         message="router.kvEvents needs the engines' default tokenizer and chat template",
         hint="remove "
         + ", ".join(f"--{f}" for f in TOKENIZER_FLAGS)
         + " from engine.extraArgs, or set router.kvEvents.enabled: false",
-        check=_kv_events_tokens,
-        cel=(
-            "!has(self.router) || !has(self.router.kvEvents)"
-            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
-            " || !has(self.engine) || !has(self.engine.extraArgs)"
-            f" || self.engine.extraArgs.all(a, !a.matches('{TOKENIZER_FLAG_RE}'))"
-        ),
+        reason="router.kvEvents tokenizes requests with the model's own tokenizer and chat "
+        "template, so its block hashes would differ from the engines'",
     ),
-    Rule(
-        model=t.PrefixServingSpec,
-        field="router.kvEvents.enabled",
+    _refused_with_kv_events(
+        DATA_PARALLEL_FLAGS,
         message="router.kvEvents needs one data-parallel rank per engine pod",
-        hint="remove "
-        + ", ".join(DATA_PARALLEL_FLAGS)
-        + " from engine.extraArgs and scale with replicas, or set router.kvEvents.enabled: false",
-        check=_kv_events_one_rank,
-        cel=(
-            "!has(self.router) || !has(self.router.kvEvents)"
-            " || !has(self.router.kvEvents.enabled) || !self.router.kvEvents.enabled"
-            " || !has(self.engine) || !has(self.engine.extraArgs)"
-            f" || self.engine.extraArgs.all(a, !a.matches('{DATA_PARALLEL_FLAG_RE}'))"
-        ),
+        hint="remove --data-parallel-size (-dp), --data-parallel-size-local (-dpl), "
+        "--data-parallel-rank (-dpn) and --data-parallel-start-rank (-dpr) from "
+        "engine.extraArgs and scale with replicas, or set router.kvEvents.enabled: false",
+        reason="with router.kvEvents each engine pod runs one data-parallel rank (each rank "
+        "publishes its events on its own port)",
     ),
     Rule(
         model=t.PrefixServingSpec,

@@ -29,6 +29,14 @@ def samples(families: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
     return out
 
 
+def step(scheduler: PeekScheduler) -> int:
+    """One engine step; returns the waiting requests vLLM counted for its gauges."""
+    output = scheduler.schedule()
+    outputs = scheduler.update_from_output(output, fabricate_output(output, scheduler))
+    (stats,) = [o.scheduler_stats for o in outputs.values() if o.scheduler_stats is not None]
+    return stats.num_waiting_reqs
+
+
 def test_scheduler_writes_a_snapshot_the_collector_exports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -36,12 +44,14 @@ def test_scheduler_writes_a_snapshot_the_collector_exports(
     monkeypatch.setenv(ENV_METRICS_FILE, str(base))
     shape = EngineShape(num_blocks=400, block_size=128, long_prefill_token_threshold=512)
     scheduler = build_scheduler(PeekScheduler, shape)
-    scheduler.schedule()  # empty step: first snapshot
+    step(scheduler)  # empty step: first snapshot
     # From here on only a change in held siblings makes the scheduler write (no timer).
     scheduler._metrics_writer.interval_s = float("inf")
     for i in range(4):
         scheduler.add_request(make_request(f"r{i}", shared_prompt(i), arrival=i))
-    output = scheduler.schedule()
+    # The snapshot is written where vLLM counts the step's waiting requests for its gauges:
+    # the three held siblings are in both.
+    assert step(scheduler) == 3
     assert scheduler.waiting.num_held == 3
     assert Path(f"{base}.0").exists()
     values = samples(SnapshotCollector(str(base)).collect())
@@ -59,15 +69,14 @@ def test_scheduler_writes_a_snapshot_the_collector_exports(
     assert values[("prefixserving:peek_info", tuple(sorted(info)))] == 1
     # The siblings' uncached full blocks are the pioneer's, being computed: none left over.
     assert values[("prefixserving:peek_uncached_waiting_tokens", labels)] == 0
-    # The pioneer's chunks run; at the step its siblings are released the file says so.
+    # The pioneer's chunks run; at the step its siblings are admitted both counts drop.
     for _ in range(20):
-        scheduler.update_from_output(output, fabricate_output(output, scheduler))
-        output = scheduler.schedule()
+        waiting = step(scheduler)
+        held = samples(SnapshotCollector(str(base)).collect())
+        assert held[("prefixserving:peek_held_siblings", labels)] == scheduler.waiting.num_held
         if not scheduler.waiting.num_held:
             break
-    assert scheduler.waiting.num_held == 0
-    values = samples(SnapshotCollector(str(base)).collect())
-    assert values[("prefixserving:peek_held_siblings", labels)] == 0
+    assert scheduler.waiting.num_held == 0 and waiting == 0
     scheduler.shutdown()
     assert not Path(f"{base}.0").exists()
     assert list(SnapshotCollector(str(base)).collect()) == []

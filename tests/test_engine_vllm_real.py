@@ -44,8 +44,9 @@ def test_siblings_hit_the_pioneers_prefix(real_engine: object) -> None:
     cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in results]
     # Every request but one (the pioneer) hit the whole shared prefix.
     assert sorted(cached)[1:] == [SHARED_TOKENS] * SIBLINGS, cached
-    # PEEK's snapshot is written by a scheduler step at most once per second: probe requests
-    # make steps until it counts the burst (each probe is admitted too, and counted here).
+    # PEEK's snapshot is written at the end of a step once a second (and when the number of held
+    # siblings changes): probe requests make steps until it counts the burst (each probe is
+    # admitted too, and counted here).
     probes = 0
 
     def burst_exported() -> str | None:

@@ -10,7 +10,8 @@ asynchronously, ``AsyncScheduler``: see the class) and keeps its ``schedule()``:
   ``self.running`` (their later chunks are scheduled first and they are preempted last);
   releases the guard's pins after a step that preempted, before a prefix-cache reset and at
   shutdown,
-* publishes its metrics (:mod:`prefixserving.peek.metrics`).
+* publishes its metrics (:mod:`prefixserving.peek.metrics`) after each ``update_from_output``,
+  where vLLM counts the step's requests for its own gauges.
 
 PEEK keeps vLLM's own order (and says why in the ``prefixserving:peek_info`` metric and the log)
 when it cannot probe the prefix cache the way vLLM will hit it: prefix caching off, a hash block
@@ -19,12 +20,12 @@ group that is not full attention: sliding-window or Mamba layers hit a prefix on
 group agrees, which probing one group cannot tell).
 
 Interfaces used, all kept by vLLM 0.32 and 0.33: ``Scheduler.__init__`` / ``schedule`` /
-``reset_prefix_cache`` / ``shutdown``, ``running``, ``policy``, ``kv_cache_config``,
-``SchedulerOutput.preempted_req_ids``, ``RequestQueue``, ``Request.block_hashes`` /
-``num_tokens`` / ``num_prompt_tokens`` / ``num_computed_tokens`` / ``status`` / ``priority`` /
-``arrival_time``, and on the block pool ``get_cached_block``, ``get_num_free_blocks``, ``touch``,
-``free_blocks``, ``free_block_queue.remove`` / ``append`` and the free list's
-``next_free_block`` links.
+``update_from_output`` / ``reset_prefix_cache`` / ``shutdown``, ``running``, ``policy``,
+``kv_cache_config``, ``SchedulerOutput.preempted_req_ids``, ``RequestQueue``,
+``Request.block_hashes`` / ``num_tokens`` / ``num_prompt_tokens`` / ``num_computed_tokens`` /
+``status`` / ``priority`` / ``arrival_time``, and on the block pool ``get_cached_block``,
+``get_num_free_blocks``, ``touch``, ``free_blocks``, ``free_block_queue.remove`` / ``append``
+and the free list's ``next_free_block`` links.
 
 Settings come from the environment (:class:`prefixserving.peek.settings.PeekSettings`). LoRA
 adapters and ``cache_salt`` are part of vLLM's block hashes, so requests that differ in them never
@@ -45,6 +46,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
@@ -273,9 +275,15 @@ class PeekScheduler(Scheduler):
         )
         if output.preempted_req_ids:
             self.waiting.release_pins()
+        return output
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, EngineCoreOutputs]:
+        outputs = super().update_from_output(*args, **kwargs)
+        # vLLM has just counted this step's waiting requests for its own gauges (make_stats):
+        # PEEK's snapshot of the same moment reaches /metrics beside them.
         if self._metrics_writer is not None and self._metrics_writer.due(self.waiting.num_held):
             self._metrics_writer.write(self.peek_snapshot())
-        return output
+        return outputs
 
     def _next_step_blocks(self) -> int | None:
         """Blocks the running requests are still to allocate before they all decode: one for

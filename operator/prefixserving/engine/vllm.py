@@ -185,6 +185,9 @@ class PeekScheduler(Scheduler):
     waiting: PeekRequestQueue  # type: ignore[assignment]
 
     clock: Callable[[], float] = staticmethod(time.monotonic)
+    # None until __init__ sets it: vLLM's own tests call update_from_output on schedulers whose
+    # construction they replaced.
+    _metrics_writer: SnapshotWriter | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PeekScheduler:
         if cls is PeekScheduler and schedules_async(args, kwargs):

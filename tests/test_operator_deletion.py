@@ -2,7 +2,9 @@
 collection (owner references, as the real API server's) removes the children.
 
 The emulator deletes dependents synchronously in the same request; a real cluster's garbage
-collector does it in the background, which ``e2e/test_apiserver_e2e.py`` checks on kind.
+collector does it in the background, which ``e2e/test_apiserver_e2e.py`` checks on kind. A
+child that the running operator's in-flight reconcile applies after the deletion names a gone
+owner and is collected too, in the emulator as on a cluster.
 """
 
 from __future__ import annotations

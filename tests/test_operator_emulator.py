@@ -178,6 +178,29 @@ def test_finalizers_then_garbage_collection_of_dependents(kube: Kube) -> None:
     assert kube.get(DEPLOYMENT, "gc", "child") is None
 
 
+def test_a_write_whose_owners_are_gone_is_collected(kube: Kube) -> None:
+    """A controller's apply that lands after its owner was deleted leaves nothing behind (the
+    case of an operator's in-flight reconcile racing a deletion); one live owner keeps it."""
+    owner = kube.request("POST", CONFIGMAP.path("orphan"), body={"metadata": {"name": "owner"}})
+    uid = owner["metadata"]["uid"]
+    live = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}
+    gone = {**live, "name": "gone", "uid": "uid-of-a-deleted-owner"}
+
+    late = deployment("late", "orphan")
+    late["metadata"]["ownerReferences"] = [gone]
+    assert kube.apply(late)["metadata"]["name"] == "late"
+    assert kube.get(DEPLOYMENT, "orphan", "late") is None
+
+    kept = deployment("kept", "orphan")
+    kept["metadata"]["ownerReferences"] = [gone, live]
+    kube.apply(kept)
+    assert kube.get(DEPLOYMENT, "orphan", "kept") is not None
+
+    kept["metadata"]["ownerReferences"] = [gone]
+    kube.apply(kept)
+    assert kube.get(DEPLOYMENT, "orphan", "kept") is None
+
+
 def test_watch_resumes_from_a_resource_version(kube: Kube, emulator: EmulatorThread) -> None:
     first = kube.apply(deployment("w1", "watch"))
     kube.apply(deployment("w2", "watch"))

@@ -8,6 +8,9 @@ A write that changes nothing keeps the version and emits no event, like the real
 status subresource ignore ``status`` on the main endpoint and everything else on ``/status``.
 Deletion honours finalizers (``deletionTimestamp`` first, removal when the last finalizer
 goes) and then garbage-collects dependents whose ``ownerReferences`` name the deleted uid.
+An object written with owner references that all name missing uids is collected right after
+the write, as the real garbage collector collects a dependent whose owners are gone: a
+controller's apply that lands just after its owner's deletion leaves nothing behind.
 
 All methods are synchronous and must run on the emulator's event loop thread; watchers get
 events through ``asyncio.Queue.put_nowait``. Costs: get O(1); list and GC O(objects).
@@ -109,6 +112,8 @@ class Store:
         self.first_kept: dict[tuple[str, str, str], int] = collections.defaultdict(int)
         self.watchers: dict[tuple[str, str, str], set[Watcher]] = collections.defaultdict(set)
         self.admission: list[Admission] = []
+        # uid -> (type key, namespace, name) of every live object, for garbage collection.
+        self.uids: dict[str, tuple[tuple[str, str, str], str | None, str]] = {}
 
     # ----------------------------------------------------------------- reading
     def render(self, rtype: ResourceType, record: Record) -> dict[str, Any]:
@@ -162,8 +167,15 @@ class Store:
 
     # ----------------------------------------------------------------- writing
     def create(
-        self, rtype: ResourceType, namespace: str | None, body: Mapping[str, Any], manager: str
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        manager: str,
+        applied: bool = False,
     ) -> dict[str, Any]:
+        """Create an object; ``applied`` records ``manager`` as owning the body's fields through
+        server-side apply (a create by apply) instead of an update."""
         obj = patching.copy_json(dict(body))
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -192,11 +204,17 @@ class Store:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         meta.pop("resourceVersion", None)
         record = Record(obj=obj)
-        patching.record_update(record.owners, {}, obj, manager)
+        if applied:
+            record.owners[(manager, "Apply")] = set(patching.leaves(dict(body)))
+        else:
+            patching.record_update(record.owners, {}, obj, manager)
         self.records[(rtype.key, namespace, name)] = record
         self.by_type[rtype.key][(namespace, name)] = record
+        self.uids[meta["uid"]] = (rtype.key, namespace, name)
         self._commit(rtype, record, "ADDED")
-        return self.render(rtype, record)
+        created = self.render(rtype, record)
+        self._collect_if_orphaned(rtype, record)
+        return created
 
     def apply(
         self,
@@ -217,11 +235,9 @@ class Store:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
         key = (rtype.key, namespace if rtype.namespaced else None, name)
         if key not in self.records:
-            self.create(rtype, namespace, _without(config, "status"), manager="")
-            record = self.records[key]
-            record.owners.clear()
-            record.owners[(manager, "Apply")] = set(patching.leaves(_without(config, "status")))
-            return self.render(rtype, record)
+            return self.create(
+                rtype, namespace, _without(config, "status"), manager=manager, applied=True
+            )
         record = self.records[key]
         if rtype.status_subresource:
             config = _without(config, "status")
@@ -379,15 +395,26 @@ class Store:
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self._remove(rtype, record)
         self._commit(rtype, record, "MODIFIED")
-        return self.render(rtype, record)
+        updated = self.render(rtype, record)
+        self._collect_if_orphaned(rtype, record)
+        return updated
 
     def _remove(self, rtype: ResourceType, record: Record) -> dict[str, Any]:
         meta = record.obj["metadata"]
         del self.records[(rtype.key, meta.get("namespace"), meta["name"])]
         del self.by_type[rtype.key][(meta.get("namespace"), meta["name"])]
+        del self.uids[meta["uid"]]
         self._commit(rtype, record, "DELETED")
         self._collect_dependents(meta["uid"])
         return self.render(rtype, record)
+
+    def _collect_if_orphaned(self, rtype: ResourceType, record: Record) -> None:
+        """Garbage collection of a write: delete the object when it names owners and none of
+        them exists (the real collector does this in the background, soon after)."""
+        owners = record.obj["metadata"].get("ownerReferences") or []
+        if owners and not any(owner.get("uid") in self.uids for owner in owners):
+            meta = record.obj["metadata"]
+            self.delete(rtype, meta.get("namespace"), meta["name"])
 
     def _collect_dependents(self, uid: str) -> None:
         """Garbage collection: delete every object that names ``uid`` as an owner."""

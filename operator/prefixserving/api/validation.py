@@ -153,8 +153,7 @@ def _owned_env(engine: t.EngineSpec) -> str | None:
 
 
 # What router.kvEvents sets on the engines, so that routers recompute the engines' hashes.
-KV_EVENTS_FLAG_RE = flag_pattern(("kv-events-config", "prefix-caching-hash-algo"))
-_KV_EVENTS_FLAG = re.compile(KV_EVENTS_FLAG_RE)
+KV_EVENTS_FLAGS: tuple[str, ...] = ("kv-events-config", "prefix-caching-hash-algo")
 # vLLM seeds its block hashes with PYTHONHASHSEED when set; routers use vLLM's default seed.
 HASH_SEED_ENV = "PYTHONHASHSEED"
 # Engine flags that change the tokens of a request; routers under router.kvEvents tokenize with
@@ -190,16 +189,6 @@ def _no_extra_arg_cel(pattern: str) -> str:
         "(!has(self.engine) || !has(self.engine.extraArgs)"
         f" || self.engine.extraArgs.all(a, !a.matches('{pattern}')))"
     )
-
-
-def _kv_events_engine(spec: t.PrefixServingSpec) -> str | None:
-    if not spec.router.kv_events.enabled:
-        return None
-    flags = [arg for arg in spec.engine.extra_args if _KV_EVENTS_FLAG.match(arg)]
-    env = [e.name for e in spec.engine.env if e.name == HASH_SEED_ENV]
-    if flags or env:
-        return f"{', '.join(flags + env)} set: router.kvEvents needs the operator's settings"
-    return None
 
 
 def _integer_cpu(spec: t.PrefixServingSpec) -> str | None:
@@ -264,9 +253,11 @@ def _prompts_or_configmap(warmup: t.WarmupSpec) -> str | None:
     return None
 
 
-def _refused_with_kv_events(flags: tuple[str, ...], message: str, hint: str, reason: str) -> Rule:
-    """The rule that refuses engine.extraArgs setting one of ``flags`` while router.kvEvents is
-    on; the problem names the arguments and ``reason``."""
+def _refused_with_kv_events(
+    flags: tuple[str, ...], message: str, hint: str, reason: str, env: str | None = None
+) -> Rule:
+    """The rule that refuses engine.extraArgs setting one of ``flags`` (or engine.env setting
+    ``env``) while router.kvEvents is on; the problem names what is set and ``reason``."""
     pattern = flag_pattern(flags)
     matches = re.compile(pattern).match
 
@@ -274,15 +265,23 @@ def _refused_with_kv_events(flags: tuple[str, ...], message: str, hint: str, rea
         if not spec.router.kv_events.enabled:
             return None
         found = [arg for arg in spec.engine.extra_args if matches(arg)]
+        found += [e.name for e in spec.engine.env if env is not None and e.name == env]
         return f"{', '.join(found)} set: {reason}" if found else None
 
+    allowed = _no_extra_arg_cel(pattern)
+    if env is not None:
+        no_env = (
+            "!has(self.engine) || !has(self.engine.env)"
+            f" || self.engine.env.all(e, e.name != '{env}')"
+        )
+        allowed = f"({allowed} && ({no_env}))"
     return Rule(
         model=t.PrefixServingSpec,
         field="router.kvEvents.enabled",
         message=message,
         hint=hint,
         check=check,
-        cel=f"{KV_EVENTS_OFF_CEL} || {_no_extra_arg_cel(pattern)}",
+        cel=f"{KV_EVENTS_OFF_CEL} || {allowed}",
     )
 
 
@@ -400,18 +399,13 @@ RULES: tuple[Rule, ...] = (
             " || !self.autoscaling.enabled"
         ),
     ),
-    Rule(
-        model=t.PrefixServingSpec,
-        field="router.kvEvents.enabled",
+    _refused_with_kv_events(
+        KV_EVENTS_FLAGS,
         message="router.kvEvents sets the engines' KV event flags and block hash",
         hint="remove --kv-events-config, --prefix-caching-hash-algo from engine.extraArgs and "
         f"{HASH_SEED_ENV} from engine.env, or set router.kvEvents.enabled: false",
-        check=_kv_events_engine,
-        cel=(
-            f"{KV_EVENTS_OFF_CEL} || ({_no_extra_arg_cel(KV_EVENTS_FLAG_RE)}"
-            " && (!has(self.engine) || !has(self.engine.env)"
-            f" || self.engine.env.all(e, e.name != '{HASH_SEED_ENV}')))"
-        ),
+        reason="router.kvEvents needs the operator's settings",
+        env=HASH_SEED_ENV,
     ),
     _refused_with_kv_events(
         TOKENIZER_FLAGS,

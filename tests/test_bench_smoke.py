@@ -286,11 +286,14 @@ def test_warmup_real_engine_smoke(tmp_path: Path) -> None:
     run_script(
         "warmup_real_engine.py",
         *("--requests", "4", "--groups", "2", "--system-words", "40", "--concurrency", "2"),
+        *("--rate", "8", "--bucket-s", "5"),
         *("--sim-duration-s", "240", "--out-dir", str(tmp_path)),
     )
     data = results(tmp_path, "warmup", "Warm vs cold replicas")
-    assert {"cold", "warm", "warmup"} <= set(data["real"])
+    assert {"cold", "warm", "warmup", "curves"} <= set(data["real"])
     assert data["real"]["warm"]["requests"] == 4
+    for name in ("cold", "warm"):  # every request lands in one interval of the curve
+        assert sum(b["requests"] for b in data["real"]["curves"][name]) == 4
     assert set(data["simulated"]) == {"cold", "warm"}
 
 

@@ -12,6 +12,7 @@ from prefixserving.cli import main
 from prefixserving_lab.models.cluster import Outcome
 from prefixserving_lab.reports.curves import curve_table
 from prefixserving_lab.runners.curves import (
+    CurveBucket,
     CurveSpec,
     ages_since,
     ages_since_first_request,
@@ -58,6 +59,12 @@ def test_curve_buckets_by_age_with_hand_computed_figures() -> None:
     assert (last.start_s, last.end_s, last.requests) == (60.0, 70.0, 2)  # cut at the span
     assert last.ttft_p50_s == last.ttft_p99_s == 4.0
     assert last.hit_rate == pytest.approx(50 / 200)
+
+    # A report re-read from the JSON gets the same buckets back (None as NaN again).
+    back = CurveBucket.from_summary(empty.summary())
+    assert (back.start_s, back.end_s, back.requests) == (30.0, 60.0, 0)
+    assert math.isnan(back.ttft_p50_s) and math.isnan(back.hit_rate)
+    assert CurveBucket.from_summary(last.summary()) == last
 
 
 def test_new_replicas_are_aged_from_their_own_first_request() -> None:

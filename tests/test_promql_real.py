@@ -21,6 +21,11 @@ its recorded held siblings, backlog seconds against each pod's recorded uncached
 tokens over the pod's prefill throughput (Prometheus' own ``rate()`` of vLLM's histograms at
 that instant, or the assumed throughput where the pod has none); the throughput itself is
 checked against the engines' histogram deltas over the test.
+
+A second test starts an engine of its own that cuts prefills into chunks (only there does PEEK
+hold siblings), sends it same-prefix bursts and has the tap answer its scrapes once they show
+held siblings: at such a stored moment vLLM counts the held siblings as waiting, and the queue
+signals leave them out.
 """
 
 from __future__ import annotations
@@ -44,13 +49,20 @@ import httpx
 import pytest
 import yaml
 
-from conftest import ROOT, tool
+from conftest import ROOT, SHARED_ENGINE_MAX_NUM_SEQS, tool
 from prefixserving.api import defaults
 from prefixserving.api.types import PrefixServing
 from prefixserving.autoscaling import dashboard, promql
 from prefixserving.peek.metrics import PEEK_HELD_SIBLINGS, PEEK_UNCACHED_WAITING_TOKENS
 from prefixserving.render import render_children
-from prefixserving_lab.runners.stack.engines import MODEL_NAME, Engine, sum_metric
+from prefixserving_lab.runners.stack.engines import (
+    BERT_VOCAB_SIZE,
+    MODEL_NAME,
+    Engine,
+    EngineConfig,
+    running_engines,
+    sum_metric,
+)
 from prefixserving_lab.runners.stack.prometheus import Prometheus, running_prometheus
 from prefixserving_lab.testing import wait_for
 
@@ -60,6 +72,7 @@ PODS = ("demo-engine-7c9d8f6b5-x2k9p", "demo-engine-7c9d8f6b5-m4n7q")
 SCRAPE_S = 10.0  # also the scrape timeout. /metrics of a CPU engine under the test's load is
 # slow: at 2 s an idle machine stored fewer than 8 scrapes per pod in 136 s, and at 5 s a
 # machine with both cores busy stored fewer than 8 in 160 s (failed scrapes store nothing).
+ANSWER_WAIT_S = SCRAPE_S / 2  # longest a tap answer waits for a condition (within the timeout)
 MIN_JUDGED = 5
 MAX_JUDGED = 15  # answers compared, spread over the load
 EVALUATION_STEP_S = 0.7  # instants the queries are compared at, over the load
@@ -81,6 +94,13 @@ LOAD_SCRAPES = 6
 SIBLING_EVERY = 2
 PROMPT_WORDS = 700
 MAX_TOKENS = 48  # the requests outside the load
+# The burst test's own engine cuts prefills into chunks of PREFILL_CHUNK tokens. A same-prefix
+# burst: a pioneer and its siblings, fewer than max_num_seqs (none waits for a seat), sharing
+# a prefix of 13 chunks.
+PREFILL_CHUNK = 256
+BURST_SIBLINGS = 6
+BURST_PREFIX_TOKENS = 13 * PREFILL_CHUNK
+BURST_SUFFIX_TOKENS = 16
 WORDS = (
     "the of and to in is that for it as was with be by on not he this are or his from at "
     "which but have an they you were her she there been one all we their has would when if"
@@ -170,15 +190,24 @@ class MetricsTap:
 
     def __init__(self, engines: dict[str, Engine]) -> None:
         self.scraped: dict[str, list[Scraped]] = {pod: [] for pod in engines}
+        # pod -> a condition its answers wait for: the tap fetches the engine's /metrics again
+        # until the body meets it, for up to ANSWER_WAIT_S (then it answers the last body).
+        self.answer_when: dict[str, Callable[[str], bool]] = {}
         self.servers = {pod: self._server(pod, engine) for pod, engine in engines.items()}
 
     def _server(self, pod: str, engine: Engine) -> ThreadingHTTPServer:
         record = self.scraped[pod]
+        answer_when = self.answer_when
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 arrived = time.time()
                 body = engine.metrics_text()
+                condition = answer_when.get(pod)
+                while condition is not None and not condition(body):
+                    if time.time() > arrived + ANSWER_WAIT_S:
+                        break
+                    body = engine.metrics_text()
                 data = body.encode()
                 try:
                     self.send_response(200)
@@ -415,6 +444,40 @@ def queue_held(engines: Sequence[Engine]) -> Iterator[None]:
                 future.result()
 
 
+def token_ids(count: int) -> list[int]:
+    """A random prompt of ``count`` token ids (clear of the tokenizer's special tokens)."""
+    return [random.randrange(1000, BERT_VOCAB_SIZE) for _ in range(count)]
+
+
+def answer_one_token(engine: Engine, prompt_ids: list[int]) -> None:
+    body = {"model": MODEL_NAME, "prompt": prompt_ids, "max_tokens": 1}
+    response = httpx.post(f"{engine.url}/v1/completions", json=body, timeout=300)
+    assert response.status_code == 200, response.text[:500]
+
+
+@contextlib.contextmanager
+def same_prefix_bursts(engine: Engine) -> Iterator[None]:
+    """While the block runs, send ``engine`` one burst after another: ``1 + BURST_SIBLINGS``
+    requests at once that share a new ``BURST_PREFIX_TOKENS``-token prefix, each with a unique
+    tail. Whichever the engine admits first computes the prefix (the pioneer); the others are
+    its siblings. On exit the current burst finishes; a failed request fails the test."""
+    stop = threading.Event()
+
+    def send_bursts(pool: ThreadPoolExecutor) -> None:
+        while not stop.is_set():
+            prefix = token_ids(BURST_PREFIX_TOKENS)
+            prompts = [prefix + token_ids(BURST_SUFFIX_TOKENS) for _ in range(1 + BURST_SIBLINGS)]
+            list(pool.map(lambda ids: answer_one_token(engine, ids), prompts))
+
+    with ThreadPoolExecutor(1 + BURST_SIBLINGS) as pool, ThreadPoolExecutor(1) as sender:
+        sending = sender.submit(send_bursts, pool)
+        try:
+            yield
+        finally:
+            stop.set()
+            sending.result()
+
+
 def counters(engines: dict[str, Engine]) -> dict[str, float]:
     texts = [engine.metrics_text() for engine in engines.values()]
     return {m: sum(sum_metric(text, m) for text in texts) for m in COUNTERS}
@@ -486,6 +549,26 @@ def scraped(real_engines: list[Engine]) -> Iterator[Setup]:
     """A Prometheus of the test's own: its history holds no other test's traffic (the 5m
     hit-rate window starts with it)."""
     with scraping(real_engines) as setup:
+        yield setup
+
+
+@pytest.fixture
+def scraped_chunking(
+    real_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
+    """A Prometheus scraping a shared engine and an engine of the test's own that cuts prefills
+    into ``PREFILL_CHUNK``-token chunks (``--long-prefill-token-threshold``), the only kind on
+    which PEEK holds siblings (docs/autoscaling.md)."""
+    config = EngineConfig(
+        name="peek-chunked",
+        max_num_seqs=SHARED_ENGINE_MAX_NUM_SEQS,
+        long_prefill_token_threshold=PREFILL_CHUNK,
+    )
+    workdir = tmp_path_factory.mktemp("chunking-engine")
+    with (
+        running_engines([config], workdir=workdir) as (chunking,),
+        scraping([real_engine, chunking]) as setup,
+    ):
         yield setup
 
 
@@ -577,6 +660,60 @@ def test_scaler_and_status_queries_match_engine_metrics(scraped: Setup) -> None:
     hit_rate = promql.prefix_cache_hit_rate(NAMESPACE, NAME, window=f"{window_s}s")
     (result,) = query_at(prom, hit_rate, now)
     assert float(result["value"][1]) == pytest.approx(expected, abs=0.01)
+
+
+def held_instant(prom: Prometheus, tap: MetricsTap, pod: str, since: float) -> float | None:
+    """An instant, after ``since`` and in the past, at which the latest sample Prometheus holds
+    for ``pod`` shows held siblings and every pod has a sample (None: none yet)."""
+    for scrape in tap.scraped[pod]:
+        at = scrape.at + 1.0  # before the pod's next scrape, SCRAPE_S later
+        if scrape.at < since or scrape.values[PEEK_HELD_SIBLINGS] == 0 or at > time.time():
+            continue
+        values = stored(prom, at)
+        if all(len(v) == len(PODS) for v in values.values()) and values[PEEK_HELD_SIBLINGS][pod]:
+            return at
+    return None
+
+
+@pytest.mark.slow
+def test_held_siblings_do_not_count_as_queue(scraped_chunking: Setup) -> None:
+    """A same-prefix burst on the engine that cuts prefills into chunks: PEEK holds the
+    siblings while their pioneer computes the prefix, vLLM counts them as waiting, and the
+    queue signals under test leave them out (the backlog counts none of their tokens). The tap
+    answers that engine's scrapes once its ``/metrics`` shows held siblings, so Prometheus
+    stores such a moment on any machine."""
+    scraped = scraped_chunking
+    prom, tap = scraped.prom, scraped.tap
+    pod, engine = next(
+        (pod, e) for pod, e in scraped.engines.items() if e.config.long_prefill_token_threshold
+    )
+    for other in scraped.engines.values():  # a PEEK engine exports its series after a step
+        answer_one_token(other, token_ids(BURST_SUFFIX_TOKENS))
+    wait_for_scrapes(prom, 1, time.time(), "a scrape of each pod")
+    since = time.time()
+    tap.answer_when[pod] = lambda body: sum_metric(body, PEEK_HELD_SIBLINGS) > 0
+    with same_prefix_bursts(engine):
+        at = wait_for(
+            lambda: held_instant(prom, tap, pod, since),
+            timeout_s=6 * SCRAPE_S + 120,
+            what=f"a stored scrape of {pod} with held siblings",
+            interval_s=0.5,
+        )
+    values = check_stored(tap, prom, at)
+    under_test = checks()
+    for check in under_test:
+        check.verify(prom, at, values)
+    held = values[PEEK_HELD_SIBLINGS][pod]
+    waiting = values[promql.VLLM_REQUESTS_WAITING]
+    uncached = values[PEEK_UNCACHED_WAITING_TOKENS][pod]
+    print(f"at {at:.1f}: {pod} waiting {waiting[pod]:g}, held {held:g}, uncached {uncached:g}")
+    assert 0 < held <= BURST_SIBLINGS
+    assert waiting[pod] >= held  # vLLM counts PEEK's held siblings as waiting requests
+    # The backlog leaves out what the pioneer computes: held siblings add no uncached tokens
+    # (bursts do not overlap, so any other waiting request is of this burst).
+    assert uncached <= (waiting[pod] - held) * (BURST_PREFIX_TOKENS + BURST_SUFFIX_TOKENS)
+    queue = next(c for c in under_test if c.label == "ScaledObject queue-depth")
+    assert queue.seen == [pytest.approx(sum(waiting.values()) - held)]
 
 
 @pytest.mark.slow

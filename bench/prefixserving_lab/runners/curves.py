@@ -22,8 +22,9 @@ Cost: O(n log n) for n outcomes (the quantiles' sorts).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prefixserving_lab.models.cluster import Outcome, hit_rate
 from prefixserving_lab.reports.files import rounded
@@ -65,6 +66,11 @@ class CurveBucket:
     def summary(self) -> dict[str, object]:
         """The figures rounded for the JSON (NaN as None)."""
         return {name: rounded(getattr(self, name)) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> CurveBucket:
+        """A bucket read back from :meth:`summary` (None as NaN)."""
+        return cls(**{k: math.nan if v is None else v for k, v in summary.items()})
 
 
 DEFAULT_CURVE = CurveSpec()

@@ -12,11 +12,11 @@ lab's streaming client): TTFT is the client's time to the first streamed token, 
 tokens come from the final usage chunk (``usage.prompt_tokens_details.cached_tokens``). The
 engines run one after the other (cold first), each alone on the machine: run at the same time
 on 2 cores, they took the CPU from each other in turns and each one's TTFT swung by 100x.
-Besides the totals, the **warm-up curve**: TTFT p50/p99 and
-hit rate per ``--bucket-s`` interval of arrival since the engine's first request
-(:mod:`prefixserving_lab.runners.curves`). A fresh replica after a scale-out and a replaced pod
-in a rolling update start the same way here (a fresh engine taking its traffic); the
-simulator's ``scaling.md`` and ``rollout.md`` tell the two apart at fleet level.
+Besides the totals, the **warm-up curve**: TTFT p50/p99 and hit rate per ``--bucket-s``
+interval of arrival since the engine's first request (:mod:`prefixserving_lab.runners.curves`).
+A fresh replica after a scale-out and a replaced pod in a rolling update start the same way
+here (a fresh engine taking its traffic); the simulator's ``scaling.md`` and ``rollout.md``
+tell the two apart at fleet level.
 
 **Simulator**: the scale-up of ``prefixserving bench scaling`` (both signals) with cold and
 with warmed new replicas: TTFT and hit rate of the first 100 requests each new replica served.

@@ -11,7 +11,8 @@ second (Poisson; all at once without it), at most ``--concurrency`` in flight, s
 lab's streaming client): TTFT is the client's time to the first streamed token, and cached
 tokens come from the final usage chunk (``usage.prompt_tokens_details.cached_tokens``). The
 engines run one after the other (cold first), each alone on the machine: run at the same time
-on 2 cores, they took the CPU from each other in turns and each one's TTFT swung by 100x.
+on 2 cores (vLLM's automatic binding pins both engines' OpenMP threads to core 0), they took
+the CPU from each other in turns and each one's TTFT swung by 100x.
 Besides the totals, the **warm-up curve**: TTFT p50/p99 and hit rate per ``--bucket-s``
 interval of arrival since the engine's first request (:mod:`prefixserving_lab.runners.curves`).
 A fresh replica after a scale-out and a replaced pod in a rolling update start the same way

@@ -399,7 +399,10 @@ def complete(engine: Engine, text: str) -> None:
 
 def hold_running(engine: Engine, text: str, stop: threading.Event) -> None:
     """Stream one completion of up to half the engine's context until it ends or ``stop`` is
-    set; then hang up (vLLM aborts a request whose client went away)."""
+    set; then hang up (vLLM aborts a request whose client went away). A queued request gets no
+    byte until the engine admits it, which takes as long as the running ones take to finish
+    (they decode up to 2,048 tokens each), so there is no read timeout: the test's own
+    deadlines bound the load, and on exit the other workers hang up and free the seats."""
     body = {
         "model": MODEL_NAME,
         "prompt": text,
@@ -407,7 +410,8 @@ def hold_running(engine: Engine, text: str, stop: threading.Event) -> None:
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.stream("POST", f"{engine.url}/v1/completions", json=body, timeout=300) as answer:
+    timeout = httpx.Timeout(None, connect=10.0)
+    with httpx.stream("POST", f"{engine.url}/v1/completions", json=body, timeout=timeout) as answer:
         assert answer.status_code == 200, answer.read()[:500]
         for _ in answer.iter_raw():
             if stop.is_set():

@@ -4,9 +4,10 @@ vLLM registers a request's full blocks in the prefix cache when it allocates the
 request admitted after another in the same step already hits the blocks of the other's first
 chunk. What it cannot hit is a block the other will only allocate in a later chunk (a prefill
 cut by ``long_prefill_token_threshold``; one cut by the step's token budget leaves no budget to
-admit anything behind it): admitted now, it would compute that block a second time. The first request admitted with a block uncached is that
-block's **pioneer**; a waiting request whose first uncached block a running pioneer is still to
-compute is its **sibling**, and is held until the pioneer has registered it.
+admit anything behind it): admitted now, it would compute that block a second time. The first
+request admitted with a block uncached is that block's **pioneer**; a waiting request whose
+first uncached block a running pioneer is still to compute is its **sibling**, and is held
+until the pioneer has registered it.
 
 **Algorithm**
 1. ``add_pioneer(pid, hashes, computed_tokens)`` once the engine has *allocated* a request

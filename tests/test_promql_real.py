@@ -56,7 +56,6 @@ from prefixserving.autoscaling import dashboard, promql
 from prefixserving.peek.metrics import PEEK_HELD_SIBLINGS, PEEK_UNCACHED_WAITING_TOKENS
 from prefixserving.render import render_children
 from prefixserving_lab.runners.stack.engines import (
-    BERT_VOCAB_SIZE,
     MODEL_NAME,
     Engine,
     EngineConfig,
@@ -65,6 +64,7 @@ from prefixserving_lab.runners.stack.engines import (
 )
 from prefixserving_lab.runners.stack.prometheus import Prometheus, running_prometheus
 from prefixserving_lab.testing import wait_for
+from prefixserving_lab.workloads.prompts import token_ids
 
 NAMESPACE = "llm"
 NAME = "demo"
@@ -448,11 +448,6 @@ def queue_held(engines: Sequence[Engine]) -> Iterator[None]:
                 future.result()
 
 
-def token_ids(count: int) -> list[int]:
-    """A random prompt of ``count`` token ids (clear of the tokenizer's special tokens)."""
-    return [random.randrange(1000, BERT_VOCAB_SIZE) for _ in range(count)]
-
-
 def answer_one_token(engine: Engine, prompt_ids: list[int]) -> None:
     body = {"model": MODEL_NAME, "prompt": prompt_ids, "max_tokens": 1}
     response = httpx.post(f"{engine.url}/v1/completions", json=body, timeout=300)
@@ -466,11 +461,13 @@ def same_prefix_bursts(engine: Engine) -> Iterator[None]:
     tail. Whichever the engine admits first computes the prefix (the pioneer); the others are
     its siblings. On exit the current burst finishes; a failed request fails the test."""
     stop = threading.Event()
+    random_ids = random.Random()
 
     def send_bursts(pool: ThreadPoolExecutor) -> None:
         while not stop.is_set():
-            prefix = token_ids(BURST_PREFIX_TOKENS)
-            prompts = [prefix + token_ids(BURST_SUFFIX_TOKENS) for _ in range(1 + BURST_SIBLINGS)]
+            prefix = token_ids(random_ids, BURST_PREFIX_TOKENS)
+            tails = [token_ids(random_ids, BURST_SUFFIX_TOKENS) for _ in range(1 + BURST_SIBLINGS)]
+            prompts = [prefix + tail for tail in tails]
             list(pool.map(lambda ids: answer_one_token(engine, ids), prompts))
 
     with ThreadPoolExecutor(1 + BURST_SIBLINGS) as pool, ThreadPoolExecutor(1) as sender:
@@ -702,7 +699,7 @@ def test_held_siblings_do_not_count_as_queue(scraped_chunking: Setup) -> None:
         (pod, e) for pod, e in scraped.engines.items() if e.config.long_prefill_token_threshold
     )
     for other in scraped.engines.values():  # a PEEK engine exports its series after a step
-        answer_one_token(other, token_ids(BURST_SUFFIX_TOKENS))
+        answer_one_token(other, token_ids(random.Random(), BURST_SUFFIX_TOKENS))
     wait_for_scrapes(prom, 1, time.time(), "a scrape of each pod")
     since = time.time()
     # A moment when vLLM counts the held siblings as waiting. (A fetch can fall between PEEK's

@@ -49,7 +49,7 @@ from prefixserving_lab.runners.client import RequestResult, replay
 from prefixserving_lab.runners.curves import (
     CurveBucket,
     CurveSpec,
-    ages_since_first_request,
+    ages_since,
     curve,
 )
 from prefixserving_lab.runners.scaling import run_scaling
@@ -91,7 +91,7 @@ def warmup_curve(
         )
         for i, (request, row) in enumerate(zip(requests, rows, strict=True))
     ]
-    return curve(ages_since_first_request(outcomes, ["engine"]), spec)
+    return curve(ages_since(outcomes, min(o.arrival_s for o in outcomes)), spec)
 
 
 def summarize(rows: list[RequestResult]) -> dict[str, float]:

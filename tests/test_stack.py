@@ -12,7 +12,7 @@ import pytest
 
 from prefixserving_lab.reports.demo import markdown
 from prefixserving_lab.runners.stack.demo import DemoWorkload, StackResult
-from prefixserving_lab.runners.stack.engines import MODEL_NAME
+from prefixserving_lab.runners.stack.engines import MODEL_NAME, EngineConfig, engine_env
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -83,3 +83,14 @@ def test_demo_markdown_reports_ratios() -> None:
     assert "hit rate 4.00x" in text
     assert "TTFT p50 0.25x" in text
     assert "| prefixserving | peek |" in text
+
+
+def test_engines_start_unpinned_unless_the_caller_sets_a_binding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert engine_env(EngineConfig())["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-3")
+    assert engine_env(EngineConfig())["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
+    per_engine = EngineConfig(env={"VLLM_CPU_OMP_THREADS_BIND": "1"})
+    assert engine_env(per_engine)["VLLM_CPU_OMP_THREADS_BIND"] == "1"

@@ -193,7 +193,16 @@ def engine_command(config: EngineConfig, model_dir: Path, port: int) -> list[str
 
 
 def engine_env(config: EngineConfig) -> dict[str, str]:
+    """The environment one engine runs with: offline, its KV space, and no CPU pinning.
+
+    vLLM's automatic CPU binding (``VLLM_CPU_OMP_THREADS_BIND=auto``) reserves a core for the
+    engine core process and pins the OpenMP workers of *every* engine on the machine to the
+    same remaining cores; on a small machine co-located engines then take turns on one core
+    and starve each other (a step waits minutes, the engine's RPC times out). ``nobind``
+    leaves placement to the OS scheduler. A caller's own setting wins.
+    """
     env = dict(os.environ)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     env.update(
         {
             "HF_HUB_OFFLINE": "1",

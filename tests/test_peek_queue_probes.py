@@ -6,6 +6,7 @@ same blocks), and ``_plan_rank``'s early stop on chained hashes gives the brute-
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -140,3 +141,25 @@ def test_plan_ranks_match_a_brute_force_recount(
         for block_hash in queue.index.path(entry.rid)[: queue.index.frontier(entry.rid)]:
             expected.setdefault(block_hash, position)
     assert queue._plan_rank() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(length=st.integers(0, 300), cached=st.integers(0, 300), start=st.integers(0, 300))
+def test_the_frontier_probe_finds_the_cached_prefix_in_logarithmic_probes(
+    length: int, cached: int, start: int
+) -> None:
+    """On a path whose first ``cached`` blocks are cached (what vLLM's cache keeps), galloping
+    from ``start`` gives the walk's answer with at most 2 log2(k + 1) + 2 probes for k newly
+    cached blocks."""
+    hashes = list(range(length))
+    cached, start = min(cached, length), min(start, length)
+    probes: list[int] = []
+
+    def is_cached(block: int) -> bool:
+        probes.append(block)
+        return block < cached
+
+    frontier = PeekQueue._probe_frontier(hashes, is_cached, start)
+    assert frontier == max(start, cached)
+    newly = frontier - start
+    assert len(probes) <= 2 * math.log2(newly + 1) + 2, (newly, probes)

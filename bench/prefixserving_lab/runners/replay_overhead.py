@@ -10,9 +10,12 @@ For each queue depth N (default 100, 1,000 and 10,000) and each policy:
 3. measure CPU time (``time.process_time``) of everything the engine calls on the scheduler
    per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``.
 
-The reported figure is the mean CPU milliseconds per step (best of ``repeats`` rounds, to damp
-noise from other processes; the rounds interleave the policies, so a load change on the machine
-reaches all of them), and its ratio to stock FCFS at the same N. :func:`profile` runs
+Each pass starts as vLLM's engine core does after start-up: the heap is collected and frozen
+(``freeze_gc_heap``), so an earlier pass's garbage is not collected on this pass's time.
+The reported figures are the mean CPU milliseconds per step (best of ``repeats`` rounds, to damp
+noise from other processes) and the ratio to stock FCFS at the same N: the median over the
+rounds of the two policies' totals in the same round (the rounds interleave the policies, so a
+load change on the machine reaches both sides of each ratio). :func:`profile` runs
 one pass (set-up included) under ``cProfile`` and returns the own time of the policy's code
 and its costliest functions, for the report when a policy misses its overhead goal.
 """
@@ -20,13 +23,17 @@ and its costliest functions, for the report when a policy misses its overhead go
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
+import statistics
 import time
 from typing import Any
 
+from vllm.utils.gc_utils import freeze_gc_heap
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
+from prefixserving_lab.models.schedulers.registry import BASELINE
 from prefixserving_lab.runners.replay import fabricate_output, request_factory
 from prefixserving_lab.workloads.segments import NS_QUESTION, NS_SYSTEM, ReplayRequest
 
@@ -39,20 +46,31 @@ ENGINE = EngineShape(num_blocks=8192, block_size=64, max_num_seqs=256)
 
 
 def measure(
-    classes: dict[str, type[Scheduler]], waiting: int, *, steps: int = 30, repeats: int = 5
+    classes: dict[str, type[Scheduler]], waiting: int, *, steps: int = 30, repeats: int = 7
 ) -> dict[str, dict[str, Any]]:
     """CPU ms per step of each policy in ``classes`` with ``waiting`` requests queued (module
-    docstring). The repeats are interleaved (every policy once per round), so a change in the
-    machine's load during the measurement reaches every policy alike; each policy's best
-    round is kept."""
+    docstring). ``classes`` must hold the baseline (FCFS). The repeats are interleaved (every
+    policy once per round); each policy keeps its best round's times, and ``x_fcfs`` is the
+    median over the rounds of its total over the baseline's in the same round, so a load change
+    on the machine between rounds cancels out of the ratio."""
+    if BASELINE not in classes:
+        raise ValueError(f"the overhead table needs the {BASELINE} baseline among the policies")
     best: dict[str, dict[str, float]] = {}
+    ratios: dict[str, list[float]] = {policy: [] for policy in classes}
     for _ in range(repeats):
-        for policy, scheduler_cls in classes.items():
-            result = _one_pass(scheduler_cls, waiting, steps)
+        rounds = {policy: _one_pass(cls, waiting, steps) for policy, cls in classes.items()}
+        for policy, result in rounds.items():
+            ratios[policy].append(result["total_ms"] / rounds[BASELINE]["total_ms"])
             if policy not in best or result["total_ms"] < best[policy]["total_ms"]:
                 best[policy] = result
     return {
-        policy: {"waiting": waiting, "steps": steps, **{k: round(v, 4) for k, v in row.items()}}
+        policy: {
+            "waiting": waiting,
+            "steps": steps,
+            "repeats": repeats,
+            **{k: round(v, 4) for k, v in row.items()},
+            "x_fcfs": round(statistics.median(ratios[policy]), 4),
+        }
         for policy, row in best.items()
     }
 
@@ -102,6 +120,9 @@ def _short(filename: str) -> str:
 
 def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[str, float]:
     scheduler = build_scheduler(scheduler_cls, ENGINE)
+    # As vLLM's engine core does after start-up: collect, then keep the start-up heap out of
+    # later collections. Earlier passes' garbage is collected here, not in this pass's steps.
+    freeze_gc_heap()
     if hasattr(scheduler, "use_clock"):
         scheduler.use_clock(time.monotonic)
     make = request_factory(ENGINE)
@@ -129,6 +150,7 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
             totals["schedule_ms"] += 1000 * (t1 - t0)
             totals["update_ms"] += 1000 * (t2 - t1)
             totals["add_ms"] += 1000 * (t3 - t2)
+    gc.unfreeze()
     per_step = {k: v / steps for k, v in totals.items()}
     per_step["total_ms"] = sum(per_step.values())
     return per_step

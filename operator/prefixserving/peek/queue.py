@@ -34,11 +34,13 @@ docs/peek.md). With ``lanes`` off the queue is vLLM's own order, resume-first in
 probing, guard, headroom or re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine
 specifics come through :class:`EngineView`; this module imports no engine.
 
-**Cost per operation**: add / prepend O(blocks + log n); a presentation O(log n + cost buckets)
-amortized plus two probes; pop O(blocks + log n) plus the re-pricing of its cluster (each waiting
-request is re-priced once per run of its blocks that becomes cached; the engine's prefix cache is
-asked about each block at most once per presentation, however many siblings walk it); ``begin_step``
-O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings too.
+**Cost per operation**: add / prepend O(blocks + log n), with O(log cached blocks) probes (the
+cached prefix is found by galloping: ``_probe_frontier``); a presentation O(log n + cost buckets)
+amortized plus two probes; pop O(blocks + log n) plus the re-pricing of its cluster (each
+waiting request is re-priced once per run of its blocks that becomes cached; the engine's prefix
+cache is asked about each block at most once per presentation, however many siblings walk it);
+``begin_step`` O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings
+too.
 """
 
 from __future__ import annotations
@@ -363,10 +365,36 @@ class PeekQueue(Generic[R, H]):
 
     @staticmethod
     def _probe_frontier(hashes: Sequence[H], is_cached: Probe[H], start: int = 0) -> int:
-        frontier = start
-        while frontier < len(hashes) and is_cached(hashes[frontier]):
-            frontier += 1
-        return frontier
+        """The first uncached block at or after ``start``, by galloping then bisecting: probes
+        ``start``, ``start + 1``, ``start + 3``, ... until a miss, then halves the gap between the
+        last hit and the miss. O(log k) probes for k newly cached blocks (a walk takes k + 1).
+
+        Exact when a path's cached blocks are a prefix of it, which is what vLLM's cache keeps:
+        a request frees its blocks tail first, so the LRU end evicts a chain from its end, and
+        the guard moves a request's blocks to the MRU end in that same order. With a hole in
+        the middle (an evicted block whose successor is still cached), the answer may lie beyond
+        the hole: PEEK then prices the request as cheaper than it is, while the engine's own
+        block-by-block lookup still computes the hole when it admits it."""
+        end = len(hashes)
+        if start >= end or not is_cached(hashes[start]):
+            return start
+        hit, step = start, 1  # hashes[hit] is cached
+        while True:
+            probe = hit + step
+            if probe >= end:
+                miss = end
+                break
+            if not is_cached(hashes[probe]):
+                miss = probe
+                break
+            hit, step = probe, 2 * step
+        while miss - hit > 1:  # hashes[hit] cached, hashes[miss] not (or the end)
+            middle = (hit + miss) // 2
+            if is_cached(hashes[middle]):
+                hit = middle
+            else:
+                miss = middle
+        return miss
 
     def _refresh_frontier(self, rid: str, is_cached: Probe[H]) -> bool:
         """Re-check ``rid``'s cached prefix (two probes when nothing changed); re-index and

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixserving.peek.lanes import Lanes, Pick
+from prefixserving.peek.lanes import COMPACT_FACTOR, COMPACT_SLACK, Lanes, Pick
 
 ops = st.lists(
     st.one_of(
@@ -122,3 +122,145 @@ def test_without_pressure_the_order_is_vllms() -> None:
         ("r2", Pick.FCFS),
         ("r3", Pick.FCFS),
     ]
+
+
+history_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(1, 5000), st.integers(0, 1)),
+        st.tuples(st.just("admit"), st.just(0), st.just(0)),
+        st.tuples(st.just("park"), st.integers(0, 60), st.just(0)),
+        st.tuples(st.just("unpark"), st.integers(0, 60), st.just(0)),
+        st.tuples(st.just("reprice"), st.integers(0, 60), st.integers(1, 5000)),
+        st.tuples(st.just("reorder"), st.booleans(), st.just(0)),
+        st.tuples(st.just("resume"), st.integers(1, 5000), st.just(0)),
+        st.tuples(st.just("rejoin"), st.integers(0, 60), st.integers(1, 5000)),
+    ),
+    max_size=200,
+)
+
+
+def fresh_copy(lanes: Lanes[int]) -> Lanes[int]:
+    """The same waiting requests, places, costs, holds and work clock in new lanes: heaps with
+    no history (no stale items, cost lanes never paused)."""
+    copy: Lanes[int] = Lanes(
+        max_overtakes=lanes.max_overtakes, max_response_ratio=lanes.max_response_ratio
+    )
+    copy.reorder = lanes.reorder
+    copy.work_tokens, copy.admitted = lanes.work_tokens, lanes.admitted
+    for entry in lanes:
+        copy.add(
+            entry.rid,
+            entry.request,
+            klass=entry.klass,
+            order=entry.order,
+            cost_tokens=entry.cost_tokens,
+            cache_key=entry.cache_key,
+            resume=entry.resume,
+            stamps=entry.stamps,
+        )
+        if not entry.present:
+            copy.park(entry.rid)
+    return copy
+
+
+@settings(max_examples=300, deadline=None)
+@given(history_ops)
+def test_history_never_changes_a_pick_and_heaps_stay_bounded(operations: list) -> None:
+    """Lanes that lived through re-pricing, holds, admissions and pressure switching on and off
+    (stale heap items, cost lanes dropped and rebuilt, compactions) pick and plan exactly as
+    fresh lanes holding the same requests; and their heaps never hold more than the compaction
+    bound (every current item plus ``COMPACT_FACTOR`` stale ones per current one, plus slack)."""
+    lanes: Lanes[int] = Lanes(max_overtakes=6, max_response_ratio=3.0)
+    lanes.reorder = False
+    count = 0
+    for op, value, extra in operations:
+        rid = f"r{value}"
+        if op == "add":
+            add(lanes, count, value, klass=extra)
+            count += 1
+        elif op == "resume":
+            lanes.add(
+                f"b{count}",
+                count,
+                klass=0,
+                order=(),
+                cost_tokens=value,
+                cache_key=(value, 0),
+                resume=True,
+            )
+            count += 1
+        elif op == "admit":
+            admit(lanes)
+        elif op == "reorder":
+            lanes.reorder = value
+        elif op == "rejoin" and rid in lanes:  # preempted: back under its id, as a new arrival
+            lanes.remove(rid)
+            lanes.add(rid, value, klass=0, order=(count,), cost_tokens=extra, cache_key=(extra, 0))
+            count += 1
+        elif rid in lanes:
+            entry = lanes.get(rid)
+            assert entry is not None
+            if op == "park":
+                lanes.park(rid)
+            elif op == "unpark":
+                lanes.unpark(rid)
+            elif op == "reprice":
+                lanes.reprice(rid, extra, (extra, 0))
+        lanes.check_invariants()
+        assert lanes.heap_items <= (COMPACT_FACTOR + 1) * 3 * len(lanes) + COMPACT_SLACK
+        expected = fresh_copy(lanes)
+        got, want = lanes.next_pick(), expected.next_pick()
+        assert (got and (got[0].rid, got[1])) == (want and (want[0].rid, want[1]))
+        assert [e.rid for e in lanes.plan(5)] == [e.rid for e in expected.plan(5)]
+
+
+def test_heaps_stay_bounded_when_nothing_reads_the_cost_lanes() -> None:
+    """An engine without cache pressure never pops the cost lanes: 20,000 arrivals, each
+    re-priced once and admitted, leave the heaps about as large as the queue."""
+    lanes: Lanes[int] = Lanes()
+    lanes.reorder = False
+    for number in range(20_000):
+        add(lanes, number, 100 + number % 700)
+        lanes.reprice(f"r{number}", 50, (50, 0))
+        if number >= 100:
+            admit(lanes)
+    assert len(lanes) == 100
+    # Without pressure only the FCFS lane is kept (plus the last admitted request's item).
+    assert lanes.heap_items == len(lanes) + 1
+    lanes.reorder = True  # pressure: the cost lanes are built from the 100 waiting requests
+    picked = admit(lanes)  # all cost 50: the oldest has waited longest
+    assert picked is not None and picked[0] == "r19900"
+    assert lanes.heap_items <= 3 * (len(lanes) + 1)  # the admitted one left stale items
+
+
+def test_heaps_stay_bounded_under_pressure_while_requests_are_re_priced() -> None:
+    """Under pressure every re-pricing leaves a stale item deep in the cost lanes, where no
+    admission reaches it: compaction keeps 100 requests re-priced 200 times each within the
+    bound."""
+    lanes: Lanes[int] = Lanes()
+    lanes.reorder = True
+    for number in range(100):
+        add(lanes, number, 5000)
+    for round_ in range(200):
+        assert lanes.next_pick() is not None  # a step looks at the lanes' heads
+        for number in range(100):
+            cost = 5000 - round_ * 20 - number % 7
+            lanes.reprice(f"r{number}", cost, (cost, 0))
+        assert lanes.heap_items <= (COMPACT_FACTOR + 1) * 3 * len(lanes) + COMPACT_SLACK
+    picked = admit(lanes)
+    assert picked == ("r6", Pick.CACHE)  # the cheapest after the last re-pricing
+
+
+def test_a_request_that_rejoins_under_its_id_takes_its_new_place() -> None:
+    """A preempted request rejoins under the same id as a new arrival: the items of its first
+    stay (its old place, its old cost) must not describe it again."""
+    for reorder in (False, True):
+        lanes: Lanes[int] = Lanes()
+        lanes.reorder = reorder
+        add(lanes, 1, 100)
+        add(lanes, 2, 100)
+        assert lanes.plan(2)[0].rid == "r1"  # builds the cost lanes under pressure
+        lanes.remove("r1")
+        lanes.add("r1", 1, klass=0, order=(3,), cost_tokens=100, cache_key=(100, 0))
+        assert [e.rid for e in lanes.plan(3)] == ["r2", "r1"]
+        assert admit(lanes) == ("r2", Pick.FCFS)

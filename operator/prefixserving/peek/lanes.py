@@ -42,9 +42,19 @@ replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by a third on the 
 workloads for hit rates within 0.04 (``bench/results/replay-response-ratio.md``); at 4 the
 hit rate and p50 fell on the chunked and cold-document workloads.
 
-**Cost**: add / reprice / park / unpark / remove / charge are O(log n) (binary heaps with lazy
-deletion); a pick is amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens);
-``plan(k)`` is O(k log n). Nothing walks the queue.
+**Heaps**: each lane is a binary heap with lazy deletion (a re-priced, held or admitted request
+leaves a stale item behind, skipped when it reaches the top). The cost lanes (cache and aged)
+exist only while the lanes reorder: without cache pressure nothing reads them, so adds and
+re-pricing only update the entry, and the first pick or plan under pressure builds them from
+the class's requests (O(n)). A class's heaps are rebuilt from its live requests once their
+stale items outnumber ``COMPACT_FACTOR`` x its requests + ``COMPACT_SLACK``, so memory stays
+O(n) even when heads are never popped (before, every arrival and re-pricing left items in the
+unread cost lanes of an engine without pressure, for good).
+
+**Cost**: add / reprice / park / unpark / remove / charge are amortised O(log n); a pick is
+amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens), plus O(n) for the
+first pick after the lanes start reordering; ``plan(k)`` is O(k log n). Nothing else walks the
+queue.
 """
 
 from __future__ import annotations
@@ -63,6 +73,9 @@ DEFAULT_MAX_OVERTAKES = 128
 MAX_RESPONSE_RATIO = 8.0
 # Cost buckets of the aged lane per doubling of the cost (a bucket spans a factor sqrt(2)).
 BUCKETS_PER_DOUBLING = 2
+# A class's heaps are rebuilt once their stale items exceed this many per request, plus slack.
+COMPACT_FACTOR = 2
+COMPACT_SLACK = 64
 
 
 class Pick(Enum):
@@ -92,7 +105,9 @@ class Entry(Generic[R]):
     work clock when it joined, and its FCFS point (admissions after which it would be admitted
     in arrival order). ``cost_tokens``: uncached prompt tokens (what admission charges the work
     clock). ``cache_key``: its place in the cache lane. ``resume``: in the resume lane.
-    ``present``: False while held. The versions invalidate stale heap items.
+    ``present``: False while held. The versions invalidate stale heap items: ``version`` comes
+    from a counter of the lanes, so a request that leaves and rejoins under the same id (put
+    back by the engine, preempted) never matches the items of its earlier stay.
     """
 
     rid: str
@@ -114,11 +129,23 @@ class Entry(Generic[R]):
 
 @dataclass(slots=True)
 class _Class:
+    """One priority class: its requests (held ones too) and its heaps. ``cost_lanes``: the
+    cache and aged heaps are built (only while reordering). ``items``: items in all its heaps,
+    current and stale."""
+
+    entries: dict[str, Entry[Any]] = field(default_factory=dict)
     resume: list[tuple[Any, ...]] = field(default_factory=list)
     fcfs: list[tuple[Any, ...]] = field(default_factory=list)
     cache: list[tuple[Any, ...]] = field(default_factory=list)
     aged: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
-    members: int = 0
+    cost_lanes: bool = False
+    items: int = 0
+
+    def crowded(self) -> bool:
+        """Stale items exceed ``COMPACT_FACTOR`` per current one (a request has one item per
+        lane it is in), plus ``COMPACT_SLACK``."""
+        current = len(self.entries) * (3 if self.cost_lanes else 1)
+        return self.items > (COMPACT_FACTOR + 1) * current + COMPACT_SLACK
 
 
 # A heap item and the entry it names -> whether the item is still current.
@@ -140,13 +167,28 @@ class Lanes(Generic[R]):
         self.cache_lane = cache_lane
         self.max_overtakes = max_overtakes
         self.max_response_ratio = max_response_ratio
-        # Whether this step may leave arrival order (set by the queue: cache pressure).
+        self._reorder = False
         self.reorder = cache_lane
         self.work_tokens = 0
         self.admitted = 0
         self._entries: dict[str, Entry[R]] = {}
         self._classes: dict[int, _Class] = {}
         self._resume_seq = itertools.count(-1, -1)
+        self._versions = itertools.count()
+
+    @property
+    def reorder(self) -> bool:
+        """Whether picks may leave arrival order (set by the queue: cache pressure). Turning it
+        off drops the cost lanes; the next pick that reorders builds them again."""
+        return self._reorder
+
+    @reorder.setter
+    def reorder(self, value: bool) -> None:
+        if self._reorder and not value:
+            for state in self._classes.values():
+                state.items -= len(state.cache) + sum(len(heap) for heap in state.aged.values())
+                state.cache, state.aged, state.cost_lanes = [], {}, False
+        self._reorder = value
 
     # -- membership -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -157,6 +199,11 @@ class Lanes(Generic[R]):
 
     def get(self, rid: str) -> Entry[R] | None:
         return self._entries.get(rid)
+
+    @property
+    def heap_items(self) -> int:
+        """Items in all the lanes' heaps, stale ones included (memory). O(classes)."""
+        return sum(state.items for state in self._classes.values())
 
     def __iter__(self) -> Iterator[Entry[R]]:
         """All entries (held ones too) in the order vLLM's own queue would give them: classes by
@@ -179,11 +226,13 @@ class Lanes(Generic[R]):
         back at the place it had). O(log n)."""
         if rid in self._entries:
             raise ValueError(f"request {rid} is already queued")
-        state = self._classes.setdefault(klass, _Class())
+        state = self._classes.get(klass)
+        if state is None:
+            state = self._classes[klass] = _Class()
         if stamps is None:
             if resume:
                 order = (next(self._resume_seq),)
-            stamps = Stamps(order, self.work_tokens, self.admitted + state.members)
+            stamps = Stamps(order, self.work_tokens, self.admitted + len(state.entries))
         entry = Entry(
             rid=rid,
             request=request,
@@ -192,19 +241,20 @@ class Lanes(Generic[R]):
             cost_tokens=cost_tokens,
             cache_key=cache_key,
             resume=resume,
+            version=next(self._versions),
         )
         self._entries[rid] = entry
-        state.members += 1
+        state.entries[rid] = entry
         self._push(entry, state)
         return entry
 
     def remove(self, rid: str) -> Entry[R]:
         """Drop a request (admitted, aborted). O(1) plus lazy heap cleanup."""
         entry = self._entries.pop(rid)
-        entry.version += 1
+        entry.version = next(self._versions)
         state = self._classes[entry.klass]
-        state.members -= 1
-        if state.members == 0:
+        del state.entries[rid]
+        if not state.entries:
             del self._classes[entry.klass]
         return entry
 
@@ -216,13 +266,16 @@ class Lanes(Generic[R]):
         entry.cost_tokens, entry.cache_key = cost_tokens, cache_key
         entry.cache_version += 1
         if entry.present and not entry.resume:
-            self._push_cost_lanes(entry, self._classes[entry.klass])
+            state = self._classes[entry.klass]
+            self._push_cost_lanes(entry, state)
+            if state.crowded():
+                self._rebuild(state)
 
     def park(self, rid: str) -> None:
         """Hold a request: never presented until ``unpark``. O(1)."""
         entry = self._entries[rid]
         entry.present = False
-        entry.version += 1
+        entry.version = next(self._versions)
 
     def unpark(self, rid: str) -> None:
         """Present a held request again, at its original places. O(log n)."""
@@ -251,23 +304,33 @@ class Lanes(Generic[R]):
         cost = entry.cost_tokens
         return (self.work_tokens - entry.stamps.arrival_work + cost) / cost
 
+    def check_invariants(self) -> None:
+        """Raise AssertionError when a class's item count differs from its heaps' lengths, or
+        its cost lanes hold items while unbuilt. O(classes x buckets); for tests."""
+        for state in self._classes.values():
+            aged = sum(len(heap) for heap in state.aged.values())
+            assert state.items == len(state.resume) + len(state.fcfs) + len(state.cache) + aged
+            assert state.cost_lanes or not (state.cache or aged), "unbuilt cost lanes hold items"
+            assert state.cost_lanes <= self.reorder, "cost lanes kept without reordering"
+
     # -- picking --------------------------------------------------------------------------------
     def next_pick(self) -> tuple[Entry[R], Pick] | None:
         """The request to present next and the lane it comes from (module docstring)."""
         for klass in sorted(self._classes):
             state = self._classes[klass]
-            head = self._head(state.resume, _in_order_lane)
+            head = self._head(state.resume, _in_order_lane, state)
             if head is not None:
                 return head, Pick.RESUME
-            oldest = self._head(state.fcfs, _in_order_lane)
+            oldest = self._head(state.fcfs, _in_order_lane, state)
             if oldest is None:
                 continue
             if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
                 return oldest, Pick.FCFS
+            self._cost_lanes(state)
             aged = self._most_aged(state)
             if aged is not None and self.response_ratio(aged) >= self.max_response_ratio:
                 return aged, Pick.AGED
-            cheapest = self._head(state.cache, _in_cost_lanes)
+            cheapest = self._head(state.cache, _in_cost_lanes, state)
             if cheapest is None or cheapest is oldest:
                 return oldest, Pick.FCFS
             return cheapest, Pick.CACHE
@@ -281,12 +344,14 @@ class Lanes(Generic[R]):
         seen: set[str] = set()
         for klass in sorted(self._classes):
             state = self._classes[klass]
+            if self.reorder:
+                self._cost_lanes(state)  # (re)builds the heaps: take them after
             lanes = [(state.resume, _in_order_lane)]
             if self.reorder:
                 lanes.append((state.cache, _in_cost_lanes))
             lanes.append((state.fcfs, _in_order_lane))
             for heap, valid in lanes:
-                for entry in self._smallest(heap, valid, k - len(planned)):
+                for entry in self._smallest(heap, valid, k - len(planned), state):
                     if entry.rid not in seen:
                         seen.add(entry.rid)
                         planned.append(entry)
@@ -297,21 +362,52 @@ class Lanes(Generic[R]):
     # -- internals ------------------------------------------------------------------------------
     def _push(self, entry: Entry[R], state: _Class) -> None:
         item = (entry.order, entry.version, entry.rid)
+        state.items += 1
         if entry.resume:
             heapq.heappush(state.resume, item)
-            return
-        heapq.heappush(state.fcfs, item)
-        self._push_cost_lanes(entry, state)
+        else:
+            heapq.heappush(state.fcfs, item)
+            self._push_cost_lanes(entry, state)
+        if state.crowded():
+            self._rebuild(state)
 
     def _push_cost_lanes(self, entry: Entry[R], state: _Class) -> None:
-        heapq.heappush(
-            state.cache,
-            (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid),
-        )
-        entry.bucket = int(BUCKETS_PER_DOUBLING * math.log2(entry.cost_tokens))
-        heapq.heappush(
-            state.aged.setdefault(entry.bucket, []),
-            (entry.order, entry.order, entry.version, entry.cache_version, entry.rid),
+        if not state.cost_lanes:
+            return
+        heapq.heappush(state.cache, _cache_item(entry))
+        entry.bucket = _bucket(entry.cost_tokens)
+        heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))
+        state.items += 2
+
+    def _cost_lanes(self, state: _Class) -> _Class:
+        """``state`` with its cost lanes built (O(n) the first time after a pause)."""
+        if not state.cost_lanes:
+            state.cost_lanes = True
+            self._rebuild(state)
+        return state
+
+    def _rebuild(self, state: _Class) -> None:
+        """Rebuild the class's heaps from its present requests, without stale items. O(n)."""
+        state.resume, state.fcfs, state.cache, state.aged = [], [], [], {}
+        for entry in state.entries.values():
+            if not entry.present:
+                continue
+            item = (entry.order, entry.version, entry.rid)
+            if entry.resume:
+                state.resume.append(item)
+                continue
+            state.fcfs.append(item)
+            if state.cost_lanes:
+                state.cache.append(_cache_item(entry))
+                entry.bucket = _bucket(entry.cost_tokens)
+                state.aged.setdefault(entry.bucket, []).append(_aged_item(entry))
+        for heap in (state.resume, state.fcfs, state.cache, *state.aged.values()):
+            heapq.heapify(heap)
+        state.items = (
+            len(state.resume)
+            + len(state.fcfs)
+            + len(state.cache)
+            + sum(len(heap) for heap in state.aged.values())
         )
 
     def _most_aged(self, state: _Class) -> Entry[R] | None:
@@ -320,10 +416,11 @@ class Lanes(Generic[R]):
         best_key: tuple[float, tuple[Any, ...]] | None = None
         for bucket in list(state.aged):
             heap = state.aged[bucket]
-            head = self._head(heap, _in_cost_lanes)
+            head = self._head(heap, _in_cost_lanes, state)
             while head is not None and head.bucket != bucket:
                 heapq.heappop(heap)
-                head = self._head(heap, _in_cost_lanes)
+                state.items -= 1
+                head = self._head(heap, _in_cost_lanes, state)
             if head is None:
                 del state.aged[bucket]
                 continue
@@ -332,15 +429,20 @@ class Lanes(Generic[R]):
                 best, best_key = head, key
         return best
 
-    def _head(self, heap: list[tuple[Any, ...]], valid: _Valid) -> Entry[R] | None:
+    def _head(self, heap: list[tuple[Any, ...]], valid: _Valid, state: _Class) -> Entry[R] | None:
+        """The heap's first current item's entry; stale items on top are dropped."""
         while heap:
             entry = self._entries.get(heap[0][-1])
             if entry is not None and valid(entry, heap[0]):
                 return entry
             heapq.heappop(heap)
+            state.items -= 1
         return None
 
-    def _smallest(self, heap: list[tuple[Any, ...]], valid: _Valid, k: int) -> list[Entry[R]]:
+    def _smallest(
+        self, heap: list[tuple[Any, ...]], valid: _Valid, k: int, state: _Class
+    ) -> list[Entry[R]]:
+        """The entries of the heap's first ``k`` current items; stale items met are dropped."""
         popped: list[tuple[Any, ...]] = []
         found: list[Entry[R]] = []
         while heap and len(found) < k:
@@ -349,9 +451,23 @@ class Lanes(Generic[R]):
             if entry is not None and valid(entry, item):
                 popped.append(item)
                 found.append(entry)
+            else:
+                state.items -= 1
         for item in popped:
             heapq.heappush(heap, item)
         return found
+
+
+def _cache_item(entry: Entry[Any]) -> tuple[Any, ...]:
+    return (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid)
+
+
+def _aged_item(entry: Entry[Any]) -> tuple[Any, ...]:
+    return (entry.order, entry.order, entry.version, entry.cache_version, entry.rid)
+
+
+def _bucket(cost_tokens: int) -> int:
+    return int(BUCKETS_PER_DOUBLING * math.log2(cost_tokens))
 
 
 def _in_order_lane(entry: Entry[Any], item: tuple[Any, ...]) -> bool:

@@ -8,16 +8,26 @@ from hypothesis import strategies as st
 
 from prefixserving.peek.lanes import COMPACT_FACTOR, COMPACT_SLACK, Lanes, Pick
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(1, 5000), st.integers(0, 2)),
-        st.tuples(st.just("admit"), st.just(0), st.just(0)),
-        st.tuples(st.just("park"), st.integers(0, 40), st.just(0)),
-        st.tuples(st.just("unpark"), st.integers(0, 40), st.just(0)),
-        st.tuples(st.just("reprice"), st.integers(0, 40), st.integers(1, 5000)),
-    ),
-    max_size=120,
-)
+
+def lane_ops(
+    top_class: int, top_id: int, *more: st.SearchStrategy, max_size: int
+) -> st.SearchStrategy:
+    """Random (op, value, extra) sequences: arrivals of cost ``value`` in class ``extra``,
+    admissions, holds, releases and re-pricing of request ``value``, plus ``more``."""
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 5000), st.integers(0, top_class)),
+            st.tuples(st.just("admit"), st.just(0), st.just(0)),
+            st.tuples(st.just("park"), st.integers(0, top_id), st.just(0)),
+            st.tuples(st.just("unpark"), st.integers(0, top_id), st.just(0)),
+            st.tuples(st.just("reprice"), st.integers(0, top_id), st.integers(1, 5000)),
+            *more,
+        ),
+        max_size=max_size,
+    )
+
+
+ops = lane_ops(2, 40, max_size=120)
 
 
 def add(lanes: Lanes[int], number: int, cost: int, klass: int = 0) -> None:
@@ -124,17 +134,12 @@ def test_without_pressure_the_order_is_vllms() -> None:
     ]
 
 
-history_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(1, 5000), st.integers(0, 1)),
-        st.tuples(st.just("admit"), st.just(0), st.just(0)),
-        st.tuples(st.just("park"), st.integers(0, 60), st.just(0)),
-        st.tuples(st.just("unpark"), st.integers(0, 60), st.just(0)),
-        st.tuples(st.just("reprice"), st.integers(0, 60), st.integers(1, 5000)),
-        st.tuples(st.just("reorder"), st.booleans(), st.just(0)),
-        st.tuples(st.just("resume"), st.integers(1, 5000), st.just(0)),
-        st.tuples(st.just("rejoin"), st.integers(0, 60), st.integers(1, 5000)),
-    ),
+history_ops = lane_ops(
+    1,
+    60,
+    st.tuples(st.just("reorder"), st.booleans(), st.just(0)),
+    st.tuples(st.just("resume"), st.integers(1, 5000), st.just(0)),
+    st.tuples(st.just("rejoin"), st.integers(0, 60), st.integers(1, 5000)),
     max_size=200,
 )
 

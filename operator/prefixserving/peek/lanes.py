@@ -47,9 +47,10 @@ leaves a stale item behind, skipped when it reaches the top). The cost lanes (ca
 exist only while the lanes reorder: without cache pressure nothing reads them, so adds and
 re-pricing only update the entry, and the first pick or plan under pressure builds them from
 the class's requests (O(n)). A class's heaps are rebuilt from its live requests once their
-stale items outnumber ``COMPACT_FACTOR`` x its requests + ``COMPACT_SLACK``, so memory stays
-O(n) even when heads are never popped (before, every arrival and re-pricing left items in the
-unread cost lanes of an engine without pressure, for good).
+stale items outnumber ``COMPACT_FACTOR`` per current item (a request has one in each lane it
+is in) + ``COMPACT_SLACK``, so memory stays O(n) even when heads are never popped (before,
+every arrival and re-pricing left items in the unread cost lanes of an engine without
+pressure, for good).
 
 **Cost**: add / reprice / park / unpark / remove / charge are amortised O(log n); a pick is
 amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens), plus O(n) for the
@@ -379,12 +380,12 @@ class Lanes(Generic[R]):
         heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))
         state.items += 2
 
-    def _cost_lanes(self, state: _Class) -> _Class:
-        """``state`` with its cost lanes built (O(n) the first time after a pause)."""
+    def _cost_lanes(self, state: _Class) -> None:
+        """Build the class's cost lanes unless they are built (O(n), then nothing until the
+        lanes stop reordering)."""
         if not state.cost_lanes:
             state.cost_lanes = True
             self._rebuild(state)
-        return state
 
     def _rebuild(self, state: _Class) -> None:
         """Rebuild the class's heaps from its present requests, without stale items. O(n)."""

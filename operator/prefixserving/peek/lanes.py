@@ -142,6 +142,10 @@ class _Class:
     cost_lanes: bool = False
     items: int = 0
 
+    def cost_items(self) -> int:
+        """Items in the cache and aged heaps. O(buckets)."""
+        return len(self.cache) + sum(len(heap) for heap in self.aged.values())
+
     def crowded(self) -> bool:
         """Stale items exceed ``COMPACT_FACTOR`` per current one (a request has one item per
         lane it is in), plus ``COMPACT_SLACK``."""
@@ -187,7 +191,7 @@ class Lanes(Generic[R]):
     def reorder(self, value: bool) -> None:
         if self._reorder and not value:
             for state in self._classes.values():
-                state.items -= len(state.cache) + sum(len(heap) for heap in state.aged.values())
+                state.items -= state.cost_items()
                 state.cache, state.aged, state.cost_lanes = [], {}, False
         self._reorder = value
 
@@ -309,9 +313,8 @@ class Lanes(Generic[R]):
         """Raise AssertionError when a class's item count differs from its heaps' lengths, or
         its cost lanes hold items while unbuilt. O(classes x buckets); for tests."""
         for state in self._classes.values():
-            aged = sum(len(heap) for heap in state.aged.values())
-            assert state.items == len(state.resume) + len(state.fcfs) + len(state.cache) + aged
-            assert state.cost_lanes or not (state.cache or aged), "unbuilt cost lanes hold items"
+            assert state.items == len(state.resume) + len(state.fcfs) + state.cost_items()
+            assert state.cost_lanes or not state.cost_items(), "unbuilt cost lanes hold items"
             assert state.cost_lanes <= self.reorder, "cost lanes kept without reordering"
 
     # -- picking --------------------------------------------------------------------------------
@@ -362,7 +365,7 @@ class Lanes(Generic[R]):
 
     # -- internals ------------------------------------------------------------------------------
     def _push(self, entry: Entry[R], state: _Class) -> None:
-        item = (entry.order, entry.version, entry.rid)
+        item = _order_item(entry)
         state.items += 1
         if entry.resume:
             heapq.heappush(state.resume, item)
@@ -393,7 +396,7 @@ class Lanes(Generic[R]):
         for entry in state.entries.values():
             if not entry.present:
                 continue
-            item = (entry.order, entry.version, entry.rid)
+            item = _order_item(entry)
             if entry.resume:
                 state.resume.append(item)
                 continue
@@ -404,12 +407,7 @@ class Lanes(Generic[R]):
                 state.aged.setdefault(entry.bucket, []).append(_aged_item(entry))
         for heap in (state.resume, state.fcfs, state.cache, *state.aged.values()):
             heapq.heapify(heap)
-        state.items = (
-            len(state.resume)
-            + len(state.fcfs)
-            + len(state.cache)
-            + sum(len(heap) for heap in state.aged.values())
-        )
+        state.items = len(state.resume) + len(state.fcfs) + state.cost_items()
 
     def _most_aged(self, state: _Class) -> Entry[R] | None:
         """The bucket heads' request with the highest response ratio (ties: the older)."""
@@ -457,6 +455,10 @@ class Lanes(Generic[R]):
         for item in popped:
             heapq.heappush(heap, item)
         return found
+
+
+def _order_item(entry: Entry[Any]) -> tuple[Any, ...]:
+    return (entry.order, entry.version, entry.rid)
 
 
 def _cache_item(entry: Entry[Any]) -> tuple[Any, ...]:

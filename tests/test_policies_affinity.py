@@ -64,8 +64,13 @@ def test_distinct_prefixes_spread() -> None:
     assert max(counts.values()) < 2 * 800 / len(BACKENDS)
 
 
+# The bounded-load mechanics, with one bound for every key (light_load_bound = load_bound):
+# a new key's first request has weight 0, so it would get light_load_bound.
+PLAIN_BOUND = {"load_slack": 0, "light_load_bound": constants.ROUTER_LOAD_BOUND}
+
+
 def test_spills_in_ranking_order_when_first_choice_is_over_the_bound() -> None:
-    policy = make_policy("prefix_affinity", load_slack=0)
+    policy = make_policy("prefix_affinity", **PLAIN_BOUND)
     blocks = (7, 8, 9)
     ranking = _ranking(policy, blocks)
     # Mean load 2: capacity = ceil(1.25 * 17 / 8) = 3; the first choice already has 3.
@@ -99,7 +104,7 @@ def test_keeps_affinity_within_the_bound() -> None:
 
 
 def test_fallback_to_least_loaded_after_spill_ranks() -> None:
-    policy = make_policy("prefix-affinity", spill_ranks=2, load_slack=0)
+    policy = make_policy("prefix-affinity", spill_ranks=2, **PLAIN_BOUND)
     blocks = (7, 8, 9)
     ranking = _ranking(policy, blocks)
     loads = {b: BackendLoad(in_flight=2) for b in BACKENDS}
@@ -111,7 +116,7 @@ def test_fallback_to_least_loaded_after_spill_ranks() -> None:
 
 
 def test_fallbacks_are_the_next_ranks_within_the_bound_then_the_least_loaded() -> None:
-    policy = make_policy("prefix_affinity", load_slack=0)
+    policy = make_policy("prefix_affinity", **PLAIN_BOUND)
     blocks = (7, 8, 9)
     ranking = _ranking(policy, blocks)
     # Mean after this request 20/8: capacity ceil(1.25 * 20 / 8) = 4. Ranks 0 and 2 are over.
@@ -142,8 +147,8 @@ def test_a_read_before_the_count_sees_the_counts_the_count_leaves() -> None:
         hot = [share > selector.threshold(n) for share in shares]
         assert depth == (hot.index(False) if False in hot else len(blocks) - 1)
         assert choice is not None and choice.key == blocks[depth]
-        if choice.parent is None:
-            assert choice.weight == shares[depth]
+        if choice.parent is None:  # the key's share less the request's own count
+            assert 0.0 <= choice.weight < shares[depth]
 
 
 def test_fractional_loads_keep_affinity_at_low_load() -> None:
@@ -208,6 +213,41 @@ def test_routers_fed_different_halves_agree_on_prefixes_away_from_the_threshold(
         blocks = (5, 6, 1000 + doc, 1)
         assert _ranking(first, blocks) == _ranking(second, blocks)
         assert first.selector.depth(blocks, len(BACKENDS)) == 2
+
+
+def test_router_replicas_weigh_keys_alike_whatever_share_of_the_traffic_they_see() -> None:
+    """One router sees all requests, another every 8th (8 replicas behind a Service). A
+    key's weight, which sets its load bound, is its share of the requests counted before
+    it, so both give a new conversation weight 0 and a steady key about its share; counting
+    the request itself would weigh a new key 1/T on one and 8/T on the other."""
+    everything = PrefixKeySelector(PrefixKeyParams())
+    eighth = PrefixKeySelector(PrefixKeyParams())
+    for i in range(8000):
+        blocks = (77, 78) if i % 25 == 0 else (10_000 + i, 1)  # key 77 carries 4%
+        everything.observe(blocks)
+        if i % 8 == 0:
+            eighth.observe(blocks)
+    for selector in (everything, eighth):
+        new = selector.choose((999_999, 1), 8)
+        steady = selector.choose((77, 78), 8)
+        assert new is not None and new.weight == 0.0
+        assert steady is not None and steady.weight == pytest.approx(0.04, rel=0.1)
+
+
+def test_a_prefix_every_request_shares_needs_every_backend_from_the_start() -> None:
+    """A system prompt in every request is spread over all backends (no ``parent``) from
+    the first requests on: whether a prefix needs every backend is judged by its share of
+    the requests counted, not by the share the ``min_requests`` floor damps (which made it
+    look like it needed 2 backends after 5 requests, and every router replica funnel its
+    first requests through them)."""
+    selector = PrefixKeySelector(PrefixKeyParams())
+    for doc in range(40):
+        choice = selector.choose((5, 1000 + doc, 50_000 + doc), 8)
+        assert choice is not None
+        if choice.key != 5:  # 5 is hot (above 1/16 of the floored share) from its 5th request
+            assert choice.parent is None and choice.homes == 8
+        selector.observe((5, 1000 + doc, 50_000 + doc))
+    assert selector.choose((5, 2000, 1), 8).key == 2000
 
 
 def test_key_depth_follows_popularity() -> None:

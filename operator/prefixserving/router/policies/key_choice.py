@@ -35,8 +35,18 @@ its followers are hashed over all of them.
    rather than its last), and the key picks one of them (:class:`KeyChoice`). Ranking by the
    shallowest such block keeps a document's home first among its homes when it turns hot,
    and makes the homes nested as ``homes`` grows, so a change of estimate moves few keys.
+   Whether a block needs fewer than N is judged by ``count / total``, without the
+   ``min_requests`` floor: the floor keeps the first requests from all being hot, but here
+   it made a prefix in every request (a system prompt) look like it needed a few backends
+   for each router's first ``min_requests x hot_share`` requests, R times as long in a fleet
+   of R router replicas, which then placed documents on those few.
    The request's ``weight`` is what its key brings to its one backend: ``share(block[d-1]) /
-   homes`` when spread, else ``share(block[d])``.
+   homes`` when spread, else ``share(block[d])`` less the request's own count. Left in, the
+   own count weighs a new conversation ``1 / T`` on a router that counted T requests, so R
+   replicas, each counting ``T / R``, gave it R times the weight one router does, disagreed
+   on its load bound and spilled more (cluster simulation, 8 router replicas: 97.7% of one
+   router's hit rate on the Mooncake trace with the own count, 99.6-100% without;
+   ``bench/results/cluster-routers.md``).
 
 The state is a function of the traffic seen, so two routers fed the same requests pick the
 same keys; routers fed different samples of the same traffic disagree only on prefixes whose
@@ -98,7 +108,8 @@ class KeyChoice:
     the key that needs fewer than all backends, else ``None``; its rendezvous ranking orders
     the homes. ``homes``: how many backends the hot prefix right above the key is spread over
     (all of them when ``parent`` is ``None``). ``weight``: the recent share of traffic this
-    key brings to the one backend it goes to.
+    key brings to the one backend it goes to (for an unspread key, counted before this
+    request: 0 for a new one).
     """
 
     key: int
@@ -126,7 +137,7 @@ class PrefixKeySelector:
         self._total = 0.0
         self._last_blocks: tuple[int, ...] = ()
         self._last_slots: list[tuple[int, int]] = []
-        self._last_shares: list[float] | None = None  # None: a count happened since
+        self._last_read: _Read | None = None  # None: a count happened since
 
     def _slots(self, blocks: tuple[int, ...]) -> list[tuple[int, int]]:
         """The sketch slots (one per row) of each of the first ``max_depth_blocks`` blocks;
@@ -138,7 +149,7 @@ class PrefixKeySelector:
         for block in blocks[: self.params.max_depth_blocks]:
             mixed = mix64(block)
             out.append((mixed & mask, (mixed >> 32) & mask))
-        self._last_blocks, self._last_slots, self._last_shares = blocks, out, None
+        self._last_blocks, self._last_slots, self._last_read = blocks, out, None
         return out
 
     def observe(self, blocks: tuple[int, ...]) -> None:
@@ -152,7 +163,7 @@ class PrefixKeySelector:
         self._increment *= self._growth
         if self._increment > _RESCALE_AT:
             self._rescale()
-        self._last_shares = None
+        self._last_read = None
 
     def _rescale(self) -> None:
         scale = 1.0 / self._increment
@@ -169,14 +180,14 @@ class PrefixKeySelector:
         floor = self.params.min_requests * self._increment / self._growth
         return min(first[a], second[b]) / max(self._total, floor)
 
-    def _shares_once_counted(self, blocks: tuple[int, ...]) -> list[float]:
+    def _read_once_counted(self, blocks: tuple[int, ...]) -> _Read:
         """The shares of ``blocks``' slots after :meth:`observe` of ``blocks``, computed
         without counting them: the same float operations in the same order as :meth:`observe`
         and :meth:`_rescale`, so a read followed by a count agrees with the state it leaves,
         bit for bit. O(len(blocks)); the answer is kept until the next count."""
         slots = self._slots(blocks)
-        if self._last_shares is not None:
-            return self._last_shares
+        if self._last_read is not None:
+            return self._last_read
         inc = self._increment
         first, second = self._rows
         total = self._total + inc
@@ -197,8 +208,8 @@ class PrefixKeySelector:
                 after_first[a] = after_first.get(a, first[a]) + inc
                 after_second[b] = after_second.get(b, second[b]) + inc
             shares = [min(after_first[a], after_second[b]) * scale / denominator for a, b in slots]
-        self._last_shares = shares
-        return shares
+        self._last_read = _Read(shares, denominator / total, inc * scale / denominator)
+        return self._last_read
 
     def threshold(self, n_backends: int) -> float:
         """The share above which a block is hot among ``n_backends`` backends."""
@@ -207,7 +218,7 @@ class PrefixKeySelector:
     def depth(self, blocks: tuple[int, ...], n_backends: int) -> int:
         """Index of the key block in ``blocks`` (which must be non-empty)."""
         threshold = self.threshold(n_backends)
-        shares = self._shares_once_counted(blocks)
+        shares = self._read_once_counted(blocks).shares
         for d, share in enumerate(shares):
             if share <= threshold:
                 return d
@@ -224,20 +235,32 @@ class PrefixKeySelector:
         blocks."""
         if not blocks:
             return None
-        shares = self._shares_once_counted(blocks)
+        read = self._read_once_counted(blocks)
         threshold = self.threshold(n_backends)
         parent: int | None = None
         parent_share = share = 0.0
-        for block, share in zip(blocks, shares, strict=False):
+        for block, share in zip(blocks, read.shares, strict=False):
             if share <= threshold:
                 key = block
                 break
-            if parent is None and share < n_backends * threshold:
+            if parent is None and share * read.unfloor < n_backends * threshold:
                 parent = block
             parent_share = share
         else:
-            key = blocks[len(shares) - 1]
+            key = blocks[len(read.shares) - 1]
         if parent is None or parent == key:
-            return KeyChoice(key, None, max(n_backends, 1), share)
+            return KeyChoice(key, None, max(n_backends, 1), max(0.0, share - read.own))
         homes = math.ceil(parent_share / threshold)
         return KeyChoice(key, parent, homes, parent_share / homes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One read of the sketch for a request (:meth:`PrefixKeySelector._read_once_counted`):
+    ``shares`` of its blocks once it is counted (with the ``min_requests`` floor),
+    ``unfloor`` (>= 1) turns a share into its share of the requests actually counted, and
+    ``own`` is the part of each share that is this request's own count."""
+
+    shares: list[float]
+    unfloor: float
+    own: float

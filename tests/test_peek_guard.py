@@ -133,3 +133,32 @@ def test_pins_stay_within_budget_last_one_step_and_are_released() -> None:
     assert guard.release_all() == 2
     assert guard.num_pinned == 0 and pool.get_num_free_blocks() == free_before
     assert pool.reset_prefix_cache()  # no reference left behind
+
+
+def test_the_ports_probe_answers_as_get_cached_block() -> None:
+    """The queue's one-lookup probe agrees with vLLM's own ``get_cached_block`` while blocks
+    are cached, cached twice under one hash (the map then holds a dict), evicted, taken, and
+    after a prefix-cache reset (vLLM replaces the map)."""
+    pool = make_pool(num_blocks=9)  # 8 usable blocks
+    port = VllmBlockPoolPort(pool)
+    first = cache_chain(pool, "first", 4)
+    assert cache_chain(pool, "first", 4) == first  # the same tokens: a second block per hash
+    stored = pool.cached_block_hash_to_block._cache
+    assert any(isinstance(blocks, dict) for blocks in stored.values())
+    unknown = [BlockHash(b"not a block hash")]
+
+    def agree(hashes: list[BlockHash]) -> None:
+        for block_hash in hashes:
+            expected = pool.get_cached_block(block_hash, [0]) is not None
+            assert port.is_cached(block_hash) == expected
+
+    agree(first + unknown)
+    later = cache_chain(pool, "later", 4)  # evicts four blocks from the LRU end
+    agree(first + later + unknown)
+    assert all(port.is_cached(h) for h in later) and not port.is_cached(unknown[0])
+    taken = pool.get_new_blocks(3)
+    agree(first + later)
+    pool.free_blocks(taken)
+    assert pool.reset_prefix_cache()
+    agree(first + later)
+    assert not any(port.is_cached(h) for h in first + later)

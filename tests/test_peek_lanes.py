@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixserving.peek.lanes import COMPACT_FACTOR, COMPACT_SLACK, Lanes, Pick
+from prefixserving.peek.lanes import COMPACT_FACTOR, COMPACT_SLACK, Entry, Lanes, Pick
 
 
 def lane_ops(
@@ -37,7 +37,6 @@ def add(lanes: Lanes[int], number: int, cost: int, klass: int = 0) -> None:
         klass=klass,
         order=(number,),
         cost_tokens=cost,
-        cache_key=(cost, 0),
     )
 
 
@@ -101,7 +100,7 @@ def test_no_request_is_overtaken_more_than_the_budget(
                 lanes.unpark(rid)
                 parked.discard(rid)
             elif op == "reprice":
-                lanes.reprice(rid, extra, (extra, 0))
+                lanes.reprice(rid, extra)
 
 
 def test_cheapest_first_under_pressure_then_the_response_ratio_bound() -> None:
@@ -124,7 +123,7 @@ def test_without_pressure_the_order_is_vllms() -> None:
     lanes.reorder = False
     for number, cost in enumerate([5000, 10, 3000, 1]):
         add(lanes, number, cost)
-    lanes.add("back", -1, klass=0, order=(), cost_tokens=7, cache_key=(7, 0), resume=True)
+    lanes.add("back", -1, klass=0, order=(), cost_tokens=7, resume=True)
     assert [admit(lanes) for _ in range(5)] == [
         ("back", Pick.RESUME),
         ("r0", Pick.FCFS),
@@ -159,7 +158,6 @@ def fresh_copy(lanes: Lanes[int]) -> Lanes[int]:
             klass=entry.klass,
             order=entry.order,
             cost_tokens=entry.cost_tokens,
-            cache_key=entry.cache_key,
             resume=entry.resume,
             stamps=entry.stamps,
         )
@@ -190,7 +188,6 @@ def test_history_never_changes_a_pick_and_heaps_stay_bounded(operations: list) -
                 klass=0,
                 order=(),
                 cost_tokens=value,
-                cache_key=(value, 0),
                 resume=True,
             )
             count += 1
@@ -200,7 +197,7 @@ def test_history_never_changes_a_pick_and_heaps_stay_bounded(operations: list) -
             lanes.reorder = value
         elif op == "rejoin" and rid in lanes:  # preempted: back under its id, as a new arrival
             lanes.remove(rid)
-            lanes.add(rid, value, klass=0, order=(count,), cost_tokens=extra, cache_key=(extra, 0))
+            lanes.add(rid, value, klass=0, order=(count,), cost_tokens=extra)
             count += 1
         elif rid in lanes:
             if op == "park":
@@ -208,7 +205,7 @@ def test_history_never_changes_a_pick_and_heaps_stay_bounded(operations: list) -
             elif op == "unpark":
                 lanes.unpark(rid)
             elif op == "reprice":
-                lanes.reprice(rid, extra, (extra, 0))
+                lanes.reprice(rid, extra)
         lanes.check_invariants()
         assert lanes.heap_items <= (COMPACT_FACTOR + 1) * 3 * len(lanes) + COMPACT_SLACK
         expected = fresh_copy(lanes)
@@ -224,7 +221,7 @@ def test_heaps_stay_bounded_when_nothing_reads_the_cost_lanes() -> None:
     lanes.reorder = False
     for number in range(20_000):
         add(lanes, number, 100 + number % 700)
-        lanes.reprice(f"r{number}", 50, (50, 0))
+        lanes.reprice(f"r{number}", 50)
         if number >= 100:
             admit(lanes)
     assert len(lanes) == 100
@@ -248,7 +245,7 @@ def test_heaps_stay_bounded_under_pressure_while_requests_are_re_priced() -> Non
         assert lanes.next_pick() is not None  # a step looks at the lanes' heads
         for number in range(100):
             cost = 5000 - round_ * 20 - number % 7
-            lanes.reprice(f"r{number}", cost, (cost, 0))
+            lanes.reprice(f"r{number}", cost)
         assert lanes.heap_items <= (COMPACT_FACTOR + 1) * 3 * len(lanes) + COMPACT_SLACK
     picked = admit(lanes)
     assert picked == ("r6", Pick.CACHE)  # the cheapest after the last re-pricing
@@ -264,6 +261,38 @@ def test_a_request_that_rejoins_under_its_id_takes_its_new_place() -> None:
         add(lanes, 2, 100)
         assert lanes.plan(2)[0].rid == "r1"  # builds the cost lanes under pressure
         lanes.remove("r1")
-        lanes.add("r1", 1, klass=0, order=(3,), cost_tokens=100, cache_key=(100, 0))
+        lanes.add("r1", 1, klass=0, order=(3,), cost_tokens=100)
         assert [e.rid for e in lanes.plan(3)] == ["r2", "r1"]
         assert admit(lanes) == ("r2", Pick.FCFS)
+
+
+def test_cache_keys_are_taken_only_when_the_cost_lanes_need_them() -> None:
+    """Without pressure no cache key is computed; building the cost lanes takes every waiting
+    request's key then, from the state of that moment; a join or a re-pricing while they are
+    built takes one key at once; pressure ending forgets the keys, so the next build takes
+    fresh ones."""
+    unlocked = dict.fromkeys(("r0", "r1", "r2", "r3", "r4"), 0)
+    calls: list[str] = []
+
+    def key(entry: Entry[int]) -> tuple[int, int]:
+        calls.append(entry.rid)
+        return entry.cost_tokens, -unlocked[entry.rid]
+
+    lanes: Lanes[int] = Lanes(cache_key=key)
+    lanes.reorder = False
+    for number in range(4):
+        add(lanes, number, 100)
+    lanes.reprice("r1", 90)
+    assert calls == []
+    lanes.reorder = True
+    assert admit(lanes) == ("r1", Pick.CACHE)  # the build took all four keys
+    assert sorted(calls) == ["r0", "r1", "r2", "r3"]
+    calls.clear()
+    add(lanes, 4, 100)
+    lanes.reprice("r2", 95)
+    assert calls == ["r4", "r2"]
+    assert admit(lanes) == ("r2", Pick.CACHE)
+    lanes.reorder = False
+    unlocked["r3"] = 1_000  # r3 now unlocks the most: only a fresh key shows it
+    lanes.reorder = True
+    assert admit(lanes) == ("r3", Pick.CACHE)

@@ -23,7 +23,8 @@ Interfaces used, all kept by vLLM 0.32 and 0.33: ``Scheduler.__init__`` / ``sche
 ``update_from_output`` / ``reset_prefix_cache`` / ``shutdown``, ``running``, ``policy``,
 ``kv_cache_config``, ``SchedulerOutput.preempted_req_ids``, ``RequestQueue``,
 ``Request.block_hashes`` / ``num_tokens`` / ``num_prompt_tokens`` / ``num_computed_tokens`` /
-``status`` / ``priority`` / ``arrival_time``, and on the block pool ``get_cached_block``,
+``status`` / ``priority`` / ``arrival_time``, and on the block pool
+``cached_block_hash_to_block`` (its key map; keys packed by ``make_block_hash_with_group_id``),
 ``get_num_free_blocks``, ``touch``, ``free_blocks``, ``free_block_queue.remove`` / ``append``
 and the free list's ``next_free_block`` links.
 
@@ -41,7 +42,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from vllm.v1.core.block_pool import BlockPool
-from vllm.v1.core.kv_cache_utils import BlockHash, KVCacheBlock, get_block_hash
+from vllm.v1.core.kv_cache_utils import (
+    BlockHash,
+    KVCacheBlock,
+    get_block_hash,
+    make_block_hash_with_group_id,
+)
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
@@ -62,11 +68,13 @@ WINDOW_MARGIN_BLOCKS = 32
 
 
 class VllmBlockPoolPort:
-    """The guard's view of a vLLM ``BlockPool`` (one KV cache group, id 0)."""
+    """The guard's and the queue's view of a vLLM ``BlockPool`` with one KV cache group."""
 
-    def __init__(self, pool: BlockPool, group_ids: Sequence[int] = (0,)) -> None:
+    def __init__(self, pool: BlockPool, group_id: int = 0) -> None:
         self.pool = pool
-        self.group_ids = list(group_ids)
+        # vLLM keys its prefix cache by the block hash followed by the group id's bytes; the
+        # suffix comes from vLLM's own packing function, once.
+        self._key_suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
 
     @property
     def num_blocks(self) -> int:
@@ -86,7 +94,10 @@ class VllmBlockPoolPort:
             block = block.next_free_block
 
     def is_cached(self, block_hash: BlockHash) -> bool:
-        return self.pool.get_cached_block(block_hash, self.group_ids) is not None
+        """What ``BlockPool.get_cached_block`` answers for the group (a key is in vLLM's
+        hash-to-block map only while it holds a block), in one dict lookup instead of building
+        its per-group list: the queue probes on every arrival and presentation."""
+        return block_hash + self._key_suffix in self.pool.cached_block_hash_to_block._cache
 
     def move_to_mru(self, block: KVCacheBlock) -> None:
         self.pool.free_block_queue.remove(block)

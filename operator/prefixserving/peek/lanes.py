@@ -45,12 +45,15 @@ hit rate and p50 fell on the chunked and cold-document workloads.
 **Heaps**: each lane is a binary heap with lazy deletion (a re-priced, held or admitted request
 leaves a stale item behind, skipped when it reaches the top). The cost lanes (cache and aged)
 exist only while the lanes reorder: without cache pressure nothing reads them, so adds and
-re-pricing only update the entry, and the first pick or plan under pressure builds them from
-the class's requests (O(n)). A class's heaps are rebuilt from its live requests once their
-stale items outnumber ``COMPACT_FACTOR`` per current item (a request has one in each lane it
-is in) + ``COMPACT_SLACK``, so memory stays O(n) even when heads are never popped (before,
-every arrival and re-pricing left items in the unread cost lanes of an engine without
-pressure, for good).
+re-pricing only update the entry's cost, and the first pick or plan under pressure builds them from
+the class's requests (O(n) plus one ``cache_key`` call each). A request's cache key is taken by
+the ``cache_key`` function (default: its cost) when it enters built cost lanes: at that build,
+or when it joins or is re-priced while they are built; so it describes the queue at that moment,
+and nothing computes keys while nothing reads them. A class's heaps are rebuilt from its live
+requests once their stale items outnumber ``COMPACT_FACTOR`` per current item (a request has one
+in each lane it is in) + ``COMPACT_SLACK``, so memory stays O(n) even when heads are never
+popped (before, every arrival and re-pricing left items in the unread cost lanes of an engine
+without pressure, for good).
 
 **Cost**: add / reprice / park / unpark / remove / charge are amortised O(log n); a pick is
 amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens), plus O(n) for the
@@ -105,10 +108,11 @@ class Entry(Generic[R]):
     ``klass``: its priority value (0 under FCFS). ``stamps``: its place in arrival order, the
     work clock when it joined, and its FCFS point (admissions after which it would be admitted
     in arrival order). ``cost_tokens``: uncached prompt tokens (what admission charges the work
-    clock). ``cache_key``: its place in the cache lane. ``resume``: in the resume lane.
-    ``present``: False while held. The versions invalidate stale heap items: ``version`` comes
-    from a counter of the lanes, so a request that leaves and rejoins under the same id (put
-    back by the engine, preempted) never matches the items of its earlier stay.
+    clock). ``cache_key``: its place in the cache lane, None while the cost lanes are not built
+    (the lanes' ``cache_key`` function takes it when they need it). ``resume``: in the resume
+    lane. ``present``: False while held. The versions invalidate stale heap items: ``version``
+    comes from a counter of the lanes, so a request that leaves and rejoins under the same id
+    (put back by the engine, preempted) never matches the items of its earlier stay.
     """
 
     rid: str
@@ -116,7 +120,7 @@ class Entry(Generic[R]):
     klass: int
     stamps: Stamps
     cost_tokens: int
-    cache_key: tuple[Any, ...]
+    cache_key: tuple[Any, ...] | None = None
     resume: bool = False
     present: bool = True
     version: int = 0
@@ -166,12 +170,14 @@ class Lanes(Generic[R]):
         cache_lane: bool = True,
         max_overtakes: int = DEFAULT_MAX_OVERTAKES,
         max_response_ratio: float = MAX_RESPONSE_RATIO,
+        cache_key: Callable[[Entry[R]], tuple[Any, ...]] | None = None,
     ) -> None:
         if max_overtakes < 0:
             raise ValueError("max_overtakes must be >= 0")
         self.cache_lane = cache_lane
         self.max_overtakes = max_overtakes
         self.max_response_ratio = max_response_ratio
+        self._cache_key = cache_key or _by_cost
         self._reorder = False
         self.reorder = cache_lane
         self.work_tokens = 0
@@ -193,6 +199,8 @@ class Lanes(Generic[R]):
             for state in self._classes.values():
                 state.items -= state.cost_items()
                 state.cache, state.aged, state.cost_lanes = [], {}, False
+                for entry in state.entries.values():
+                    entry.cache_key = None
         self._reorder = value
 
     # -- membership -----------------------------------------------------------------------------
@@ -223,7 +231,6 @@ class Lanes(Generic[R]):
         klass: int,
         order: tuple[Any, ...],
         cost_tokens: int,
-        cache_key: tuple[Any, ...],
         resume: bool = False,
         stamps: Stamps | None = None,
     ) -> Entry[R]:
@@ -244,7 +251,6 @@ class Lanes(Generic[R]):
             klass=klass,
             stamps=stamps,
             cost_tokens=cost_tokens,
-            cache_key=cache_key,
             resume=resume,
             version=next(self._versions),
         )
@@ -263,12 +269,14 @@ class Lanes(Generic[R]):
             del self._classes[entry.klass]
         return entry
 
-    def reprice(self, rid: str, cost_tokens: int, cache_key: tuple[Any, ...]) -> None:
-        """The request's uncached work changed (its prefix got cached, or evicted). O(log n)."""
+    def reprice(self, rid: str, cost_tokens: int) -> None:
+        """The request's uncached work changed (its prefix got cached, or evicted): its cache
+        key is taken again when the cost lanes next need it (at once while they are built).
+        O(log n)."""
         entry = self._entries[rid]
-        if (cost_tokens, cache_key) == (entry.cost_tokens, entry.cache_key):
+        if cost_tokens == entry.cost_tokens:
             return
-        entry.cost_tokens, entry.cache_key = cost_tokens, cache_key
+        entry.cost_tokens, entry.cache_key = cost_tokens, None
         entry.cache_version += 1
         if entry.present and not entry.resume:
             state = self._classes[entry.klass]
@@ -378,7 +386,7 @@ class Lanes(Generic[R]):
     def _push_cost_lanes(self, entry: Entry[R], state: _Class) -> None:
         if not state.cost_lanes:
             return
-        heapq.heappush(state.cache, _cache_item(entry))
+        heapq.heappush(state.cache, self._cache_item(entry))
         entry.bucket = _bucket(entry.cost_tokens)
         heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))
         state.items += 2
@@ -402,12 +410,18 @@ class Lanes(Generic[R]):
                 continue
             state.fcfs.append(item)
             if state.cost_lanes:
-                state.cache.append(_cache_item(entry))
+                state.cache.append(self._cache_item(entry))
                 entry.bucket = _bucket(entry.cost_tokens)
                 state.aged.setdefault(entry.bucket, []).append(_aged_item(entry))
         for heap in (state.resume, state.fcfs, state.cache, *state.aged.values()):
             heapq.heapify(heap)
         state.items = len(state.resume) + len(state.fcfs) + state.cost_items()
+
+    def _cache_item(self, entry: Entry[R]) -> tuple[Any, ...]:
+        """The entry's cache-lane item; its key is computed now if it has none."""
+        if entry.cache_key is None:
+            entry.cache_key = self._cache_key(entry)
+        return (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid)
 
     def _most_aged(self, state: _Class) -> Entry[R] | None:
         """The bucket heads' request with the highest response ratio (ties: the older)."""
@@ -461,8 +475,9 @@ def _order_item(entry: Entry[Any]) -> tuple[Any, ...]:
     return (entry.order, entry.version, entry.rid)
 
 
-def _cache_item(entry: Entry[Any]) -> tuple[Any, ...]:
-    return (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid)
+def _by_cost(entry: Entry[Any]) -> tuple[Any, ...]:
+    """The default cache key: least uncached work first."""
+    return (entry.cost_tokens,)
 
 
 def _aged_item(entry: Entry[Any]) -> tuple[Any, ...]:

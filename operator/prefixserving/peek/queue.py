@@ -164,6 +164,7 @@ class PeekQueue(Generic[R, H]):
             cache_lane=self.settings.lanes,
             max_overtakes=self.settings.max_overtakes,
             max_response_ratio=self.settings.max_response_ratio,
+            cache_key=self._cache_key,
         )
         self.stats = QueueStats(
             admitted={p.value: 0 for p in Pick}, admitted_tokens={p.value: 0 for p in Pick}
@@ -333,14 +334,12 @@ class PeekQueue(Generic[R, H]):
         self.index.insert(rid, hashes, frontier)
         key = self.view.priority_key(request)
         klass, order = key if key is not None else (0, (next(self._seq),))
-        cost, cache_key = self._price(rid, request)
         self.lanes.add(
             rid,
             request,
             klass=klass,
             order=order,
-            cost_tokens=cost,
-            cache_key=cache_key,
+            cost_tokens=self._cost(request, frontier),
             resume=resume and key is None,
             stamps=stamps,
         )
@@ -352,16 +351,22 @@ class PeekQueue(Generic[R, H]):
         self.holding.forget(rid)
         self._candidate = None
 
-    def _price(self, rid: str, request: R) -> tuple[int, tuple[Any, ...]]:
-        """(uncached prompt tokens, cache-lane key) of an indexed request: least uncached work
-        first, then the most waiting tokens its admission unlocks (its cluster's shared uncached
-        tokens times the siblings that need them), then arrival."""
-        block_size = self.view.block_size
+    def _cost(self, request: R, frontier: int) -> int:
+        """Uncached prompt tokens of a request whose first ``frontier`` blocks are cached."""
+        return max(1, self.view.num_tokens(request) - frontier * self.view.block_size)
+
+    def _cache_key(self, entry: Entry[R]) -> tuple[int, int]:
+        """Cache-lane key of an indexed request (the lanes take it only while they reorder):
+        least uncached work first, then the most waiting tokens its admission unlocks (its
+        cluster's shared uncached tokens times the siblings that need them), then arrival.
+        O(cluster depth)."""
+        rid = entry.rid
         path, frontier = self.index.path(rid), self.index.frontier(rid)
-        cost = max(1, self.view.num_tokens(request) - frontier * block_size)
         siblings = self.index.count(path[frontier]) - 1 if frontier < len(path) else 0
-        unlocked = self.index.shared_blocks(rid) * block_size * siblings if siblings else 0
-        return cost, (cost, -unlocked)
+        if not siblings:
+            return entry.cost_tokens, 0
+        unlocked = self.index.shared_blocks(rid) * self.view.block_size * siblings
+        return entry.cost_tokens, -unlocked
 
     @staticmethod
     def _probe_frontier(hashes: Sequence[H], is_cached: Probe[H], start: int = 0) -> int:
@@ -410,7 +415,7 @@ class PeekQueue(Generic[R, H]):
         self.index.move_frontier(rid, new)
         entry = self.lanes.get(rid)
         if entry is not None:
-            self.lanes.reprice(rid, *self._price(rid, entry.request))
+            self.lanes.reprice(rid, self._cost(entry.request, new))
         return True
 
     def _confirm_admissions(self, is_cached: Probe[H]) -> None:

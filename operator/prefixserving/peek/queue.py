@@ -5,7 +5,8 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
 
 1. **Joining** (``add``): the request's cached prefix is probed once (its *frontier*); it enters
    the queue index (:mod:`.index`: the uncached blocks waiting requests need, with counts) and the
-   lanes (:mod:`.lanes`) with its uncached prompt tokens (its cost) and its cache-lane key.
+   lanes (:mod:`.lanes`) with its uncached prompt tokens (its cost); the lanes take its
+   cache-lane key (:meth:`PeekQueue._cache_key`) only while they reorder.
 2. **Each step** (``begin_step``, before the engine allocates anything): pops of the previous step
    that the engine really allocated become pioneers (:mod:`.holding`); pioneers that finished
    their prefill or made no progress retire and hand back their siblings; the guard

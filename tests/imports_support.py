@@ -87,9 +87,16 @@ RULES: tuple[Rule, ...] = (
         "api-server-only-in-kube",
         _anywhere,
         _kubernetes_client,
-        "controller/kube.py is the one client of the API server (warmup/events.py: the warm-up "
-        "sidecar posts its own timeout Event, the only verb its Role grants)",
-        frozenset({"prefixserving.controller.kube", "prefixserving.warmup.events"}),
+        "controller/kube.py is the one client of the API server (the warm-up sidecar, with the "
+        "verbs its Role grants: warmup/events.py posts its own timeout Event, warmup/handover.py "
+        "lists the engine pods and annotates the one it replaces)",
+        frozenset(
+            {
+                "prefixserving.controller.kube",
+                "prefixserving.warmup.events",
+                "prefixserving.warmup.handover",
+            }
+        ),
     ),
     Rule(
         "kopf-only-in-controller",

@@ -135,7 +135,13 @@ def test_bench_faults_smoke(tmp_path: Path, shared_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     data = results(tmp_path, "faults", "Faults in the cluster simulation")
     scenarios = [s["scenario"] for s in data["runs"]["prefix_affinity"]]
-    assert scenarios == ["steady", "router-restart", "engines-out", "rolling-update"]
+    assert scenarios == [
+        "steady",
+        "router-restart",
+        "engines-out",
+        "rolling-update",
+        "rolling-update-no-handover",
+    ]
     assert {"longest_dip_s", "lowest_of_steady", "buckets", "met"} <= set(
         data["runs"]["prefix_affinity"][1]
     )

@@ -131,3 +131,37 @@ def test_restarted_router_counts_only_requests_it_routed_since() -> None:
     assert in_flight[0.0] == in_flight[1.0] == 1  # a tick samples before its on_tick
     assert in_flight[2.0] == 0 and in_flight[12.0] == 0
     assert all(n >= 0 for n in in_flight.values())
+
+
+@pytest.mark.parametrize("handover", [True, False])
+def test_with_events_a_replaced_pods_conversations_stay_warm_only_with_the_handover(
+    handover: bool,
+) -> None:
+    """Rolling update with engine events: the conversations the first replaced pod served
+    reach its successor with their prefix cached when the successor warmed what that pod held
+    (the handover), and recompute it without."""
+    requests = _conversations(40, 40, 0.05)  # each conversation every 2 s, 80 s in all
+    setup = FaultSetup(
+        replicas=4,
+        routers=2,
+        policy="prefix_affinity_events",
+        fault_s=5.0,
+        bucket_s=1.0,
+        lifecycle=PodLifecycle(load_s=2.0, window_s=10.0),
+    )
+    scenario = "rolling-update" if handover else "rolling-update-no-handover"
+    result = run_scenario(requests, setup, FAST, scenario)
+    victim = "pod-0"  # the first old pod replaced (RollingUpdate takes them in name order)
+    served = {requests[o.index].block_ids[0] for o in result.outcomes if o.backend == victim}
+    gone = max(o.arrival_s for o in result.outcomes if o.backend == victim)
+    firsts: dict[int, Outcome] = {}
+    for o in sorted(result.outcomes, key=lambda o: o.arrival_s):
+        conversation = requests[o.index].block_ids[0]
+        if o.arrival_s > gone + 0.5 and conversation in served:
+            firsts.setdefault(conversation, o)
+    assert len(firsts) == len(served) > 0
+    warm = [o for o in firsts.values() if o.hit_tokens == o.input_tokens]
+    if handover:
+        assert len(warm) == len(firsts), "every one found its prefix on the successor"
+    else:
+        assert len(warm) < len(firsts), "some were recomputed where the ranking sent them"

@@ -305,6 +305,9 @@ def test_warmup_sidecar_is_a_native_sidecar_gating_readiness() -> None:
         "8090",
         "--model",
         "qwen2.5-14b-instruct",
+        "--handover-selector",
+        "app.kubernetes.io/component=engine,app.kubernetes.io/instance=support-bot,"
+        "app.kubernetes.io/name=prefixserving",
     ]
     assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in sidecar[
         "env"
@@ -325,7 +328,7 @@ def test_warmup_sidecar_is_a_native_sidecar_gating_readiness() -> None:
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
 
 
-def test_only_the_warmup_sidecar_gets_an_api_token_and_it_may_only_create_events() -> None:
+def test_only_the_warmup_sidecar_gets_an_api_token_with_the_verbs_it_uses() -> None:
     objects = rendered("warmup")
     pod = engine_pod(objects)
     assert pod["automountServiceAccountToken"] is False
@@ -340,12 +343,33 @@ def test_only_the_warmup_sidecar_gets_an_api_token_and_it_may_only_create_events
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in sidecar["env"]}
     assert env[constants.ENV_POD_UID] == "metadata.uid"
     assert find(objects, "ServiceAccount")["metadata"]["name"] == pod["serviceAccountName"]
+    assert env[constants.ENV_POD_TEMPLATE_HASH] == "metadata.labels['pod-template-hash']"
     role, binding = find(objects, "Role"), find(objects, "RoleBinding")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+    ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "llm"}
     ]
+
+
+def test_without_the_handover_the_sidecar_may_only_create_events() -> None:
+    objects = render({"warmup": {"enabled": True, "handover": False}})
+    (sidecar,) = engine_pod(objects)["initContainers"]
+    assert "--handover-selector" not in sidecar["args"]
+    role = find(objects, "Role")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+
+
+def test_the_handover_selector_selects_exactly_the_engine_pods() -> None:
+    objects = rendered("warmup")
+    (sidecar,) = engine_pod(objects)["initContainers"]
+    selector = sidecar["args"][sidecar["args"].index("--handover-selector") + 1]
+    labels = dict(pair.split("=") for pair in selector.split(","))
+    deployment = find(objects, "Deployment", constants.COMPONENT_ENGINE)
+    assert labels == deployment["spec"]["selector"]["matchLabels"]
 
 
 def test_without_warmup_there_is_no_service_account_or_role() -> None:

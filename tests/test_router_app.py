@@ -225,7 +225,15 @@ async def test_hot_prefix_endpoint() -> None:
         first = (await r.client.get(path, params={"member": "http://0.0.0.0:1/"})).json()
         assert first["member"] == "http://0.0.0.0:1" and len(first["prefixes"]) == 1
         last = (await r.client.get(path, params={"member": "http://9.9.9.9:1"})).json()
-        assert last["prefixes"] == []
+        assert last["prefixes"] == [] and last["replaces"] is None
+        # A member sorting between the two engines owns nothing, unless it replaces the first.
+        first_url = sorted(u for _, u in engines)[0]
+        between = {"member": first_url + "0"}
+        assert (await r.client.get(path, params=between)).json()["prefixes"] == []
+        handed = (await r.client.get(path, params={**between, "replaces": first_url + "/"})).json()
+        assert handed["replaces"] == first_url and len(handed["prefixes"]) == 1
+        alone = {"replaces": first_url}
+        assert_openai_error(await r.client.get(path, params=alone), 400, "replaces")
         assert_openai_error(await r.client.get(path, params={"limit": 0}), 400, "limit")
         assert_openai_error(await r.client.get(path, params={"limit": "x"}), 400, "limit")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prefixserving.router.hot import HotPrefixes
-from prefixserving.router.policies.base import RoutingContext, home, route
+from prefixserving.router.policies.base import RoutingContext, RoutingPolicy, home, route
 from prefixserving.router.policies.registry import make_policy
 from prefixserving.router.prefix_hashing import KeyConfig, chat_key, completion_key
 
@@ -125,3 +127,51 @@ def test_owned_by_matches_the_policy_ranking_with_the_member_added() -> None:
         blocks = chat_key(row.body, CONFIG).blocks
         assert (row in owned) == (home(policy, blocks, members) == member)
     assert hot.owned_by(member, backends, make_policy("round-robin")) == []
+
+
+def observed_docs(
+    policy_name: str, backends: list[str], docs: int = 40
+) -> tuple[HotPrefixes, RoutingPolicy]:
+    """Three requests for each of ``docs`` documents, routed; engine keys ``(1000 + doc,)``."""
+    policy = make_policy(policy_name)
+    hot = HotPrefixes(CONFIG)
+    for doc in range(docs):
+        for question in range(3):
+            body = doc_request(doc, question)
+            key = chat_key(body, CONFIG)
+            hot.observe(key, body, engine_keys=(1000 + doc,))
+            route(policy, RoutingContext(key.blocks, tuple(backends)))
+    return hot, policy
+
+
+def test_replacing_a_backend_ranks_without_it() -> None:
+    backends = ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.4:8000"]
+    hot, policy = observed_docs("prefix-affinity", backends)
+    member, replaced = "http://10.0.0.3:8000", backends[0]
+    joined = hot.owned_by(member, backends, policy, limit=1024)
+    handed = hot.owned_by(member, backends, policy, limit=1024, replaces=replaced)
+    after = sorted([*backends[1:], member])
+    for row in hot.top(1024):
+        blocks = chat_key(row.body, CONFIG).blocks
+        assert (row in handed) == (home(policy, blocks, after) == member)
+    # The member keeps its share and takes part of the replaced backend's: its keys move to
+    # their next choice, the member among them.
+    assert all(row in handed for row in joined)
+    assert len(handed) > len(joined)
+
+
+def test_with_engine_events_the_replaced_backends_cache_is_handed_over() -> None:
+    backends = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    hot, policy = observed_docs("prefix-affinity", backends)
+    member, replaced = "http://10.0.0.3:8000", backends[0]
+    held = set(range(0, 40, 3))  # the documents whose requests the replaced engine holds
+
+    def cached(keys: tuple[int, ...], among: Sequence[str]) -> dict[str, int]:
+        return {b: 1 if b == replaced and keys[0] - 1000 in held else 0 for b in backends}
+
+    handed = hot.owned_by(member, backends, policy, limit=1024, replaces=replaced, cached=cached)
+    docs = {int(r.body["messages"][0]["content"][9:12]) for r in handed}
+    assert held <= docs, "every prefix the replaced engine holds goes to its successor"
+    # Without the handover the same cache state keeps them on the replaced engine.
+    joined = hot.owned_by(member, backends, policy, limit=1024, cached=cached)
+    assert not held & {int(r.body["messages"][0]["content"][9:12]) for r in joined}

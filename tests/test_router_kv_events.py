@@ -122,7 +122,7 @@ def test_prefix_affinity_follows_the_engine_that_holds_the_request(
     decision = router.decide(key, body, (A, B))
     assert decision is not None
     assert (decision.backend, decision.reason) == (other, DecisionReason.CACHED)
-    assert lookup.cached(body, (A, B)) == {first.backend: 0, other: 8}
+    assert lookup.depths(lookup.keys(body), (A, B)) == {first.backend: 0, other: 8}
 
 
 def test_without_the_mode_the_policy_sees_no_cached_blocks() -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from prefixserving.router.hot import choose_prefixes
 from prefixserving.router.policies.registry import make_policy
 from prefixserving_lab.models.cluster import ClusterSim
-from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle, deepest
+from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.workloads.blocks import chain_block_ids
 from prefixserving_lab.workloads.conversations import BurstSchedule, ConversationShape, compress
@@ -57,7 +58,10 @@ def test_hot_prefix_window_gives_shared_prefixes_hottest_first() -> None:
     # (1) and (1, 2) are in 7 requests, (1, 2, 3) in 5, (1, 2, 9) in 2; (7, ...) only once.
     expected = [(1,), (1, 2), hot_doc, (1, 2, 9)]
     assert hot == [chain_block_ids(ids) for ids in expected]
-    assert deepest(hot) == [chain_block_ids(hot_doc), chain_block_ids((1, 2, 9))]
+    # As the router's endpoint chooses: a deeper prefix replaces its ancestor in its slot.
+    deepest = [chain_block_ids(hot_doc), chain_block_ids((1, 2, 9))]
+    assert choose_prefixes(hot, lambda c: c, 10) == deepest
+    assert choose_prefixes(hot, lambda c: c, 1) == deepest[:1]
     assert HotPrefixWindow(requests, window_s=2.0, min_hits=2).hot(10.0) == []
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -146,6 +147,27 @@ async def test_engine_that_never_gets_healthy_times_out() -> None:
     assert state.summary()["phase"] == "timed_out"
 
 
+async def _send_documents(client: httpx.AsyncClient) -> None:
+    """Three questions on each of 24 documents, through the router."""
+    for group in range(24):
+        document = f"shared document {group} " + "lorem ipsum dolor sit amet " * 40
+        for question in range(3):
+            body = completion(document + f" question {question}")
+            assert (await client.post("/v1/completions", json=body)).status_code == 200
+
+
+def _from_router(engine_url: str, router_url: str, **options: Any) -> WarmupConfig:
+    """A warm-up of ``engine_url`` that takes up to 32 hot prefixes from ``router_url``."""
+    return WarmupConfig(
+        engine_url=engine_url,
+        router_url=router_url,
+        self_url=engine_url,
+        hot_prefixes=32,
+        timeout_s=20,
+        **options,
+    )
+
+
 async def test_router_hot_prefixes_owned_by_the_new_member_are_replayed() -> None:
     """With the real router app and the prefix-affinity policy: the sidecar replays exactly the
     hot prefixes the router says the new member owns."""
@@ -157,21 +179,10 @@ async def test_router_hot_prefixes_owned_by_the_new_member_are_replayed() -> Non
         serving(_quiet(new.app())) as new_url,
         running_router([old_url], policy=policy) as router,
     ):
-        for group in range(24):
-            document = f"shared document {group} " + "lorem ipsum dolor sit amet " * 40
-            for question in range(3):
-                body = completion(document + f" question {question}")
-                assert (await router.client.post("/v1/completions", json=body)).status_code == 200
+        await _send_documents(router.client)
         owned = router.router.hot.owned_by(new_url, [old_url], policy, 32)
         state = WarmupState()
-        config = WarmupConfig(
-            engine_url=new_url,
-            router_url=router.url,
-            self_url=new_url,
-            hot_prefixes=32,
-            timeout_s=20,
-        )
-        await run_warmup(config, state)
+        await run_warmup(_from_router(new_url, router.url), state)
     assert 0 < len(owned) < 24, "prefix affinity gives the new member some, not all, prefixes"
     assert sorted(b["prompt"] for _, b in new.received) == sorted(r.body["prompt"] for r in owned)
     assert state.warmed == len(owned) and state.failures == 0
@@ -179,6 +190,37 @@ async def test_router_hot_prefixes_owned_by_the_new_member_are_replayed() -> Non
     assert metric_value(text, "prefixserving_warmup_prefixes_warmed_total", source="router") == len(
         owned
     )
+
+
+async def test_with_a_handover_the_replaced_engines_share_is_replayed_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``handover_selector`` the sidecar claims the old pod it replaces (stubbed here:
+    tests/test_warmup_handover.py claims against the API emulator) and asks the router with
+    ``replaces``: it replays what it will own once the replaced engine is gone."""
+    old_a, old_b, new = FakeEngine(name="a"), FakeEngine(name="b"), UsageEngine()
+    policy = PrefixAffinityPolicy()
+    asked: list[str] = []
+    async with (
+        serving(fake_engine_config(old_a)) as a_url,
+        serving(fake_engine_config(old_b)) as b_url,
+        serving(_quiet(new.app())) as new_url,
+        running_router([a_url, b_url], policy=policy) as router,
+    ):
+
+        def claimed(env: object, selector: str) -> str:
+            asked.append(selector)
+            return a_url
+
+        monkeypatch.setattr("prefixserving.warmup.runner.find_replaced", claimed)
+        await _send_documents(router.client)
+        joined = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32)
+        handed = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32, replaces=a_url)
+        config = _from_router(new_url, router.url, handover_selector="app=engine")
+        await run_warmup(config, WarmupState())
+    assert asked == ["app=engine"]
+    assert len(handed) > len(joined), "the replaced engine's keys move, some to the new one"
+    assert sorted(b["prompt"] for _, b in new.received) == sorted(r.body["prompt"] for r in handed)
 
 
 def test_event_only_inside_a_pod() -> None:

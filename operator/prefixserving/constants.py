@@ -35,6 +35,8 @@ LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_VERSION: Final = "app.kubernetes.io/version"
+# Set by the Deployment controller on each pod: the revision (ReplicaSet) it belongs to.
+LABEL_POD_TEMPLATE_HASH: Final = "pod-template-hash"
 PART_OF: Final = "prefixserving"
 MANAGED_BY: Final = "prefixserving-operator"
 COMPONENT_ENGINE: Final = "engine"
@@ -102,13 +104,15 @@ METRIC_ROUTER_HYGIENE_CAUSE: Final = "prefixserving_router_prefix_hygiene_cause"
 METRIC_ROUTER_HELD_REQUESTS: Final = "prefixserving_router_held_requests"
 
 # Warm-up sidecar: the Event reason it emits on timeout, the Downward API environment the
-# engine pod template sets for it, the path of the prompts file it reads, and the metrics it
-# exports (prefixserving.warmup.state; read by alerts and the dashboard), as exposed.
+# engine pod template sets for it (with the pod's revision, for the rolling-update handover),
+# the path of the prompts file it reads, and the metrics it exports (prefixserving.warmup.state;
+# read by alerts and the dashboard), as exposed.
 REASON_WARMUP_TIMED_OUT: Final = "WarmupTimedOut"
 ENV_POD_NAME: Final = "POD_NAME"
 ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
 ENV_POD_UID: Final = "POD_UID"
 ENV_POD_IP: Final = "POD_IP"
+ENV_POD_TEMPLATE_HASH: Final = "POD_TEMPLATE_HASH"
 WARMUP_PROMPTS_FILE: Final = "/etc/prefixserving/warmup/prompts.json"
 METRIC_WARMUP_READY: Final = "prefixserving_warmup_ready"
 METRIC_WARMUP_PREFIXES_PLANNED: Final = "prefixserving_warmup_prefixes_planned"

@@ -266,7 +266,14 @@ _ROWS: tuple[Kind, ...] = (
         requires=PROMETHEUS_RULES,
     ),
     # ---- read or written, not children
-    Kind("v1", "Pod", "pods", frozenset({"list"}), "engine pods' readiness under warm-up"),
+    Kind(
+        "v1",
+        "Pod",
+        "pods",
+        frozenset({"list", "patch"}),
+        "engine pods' readiness under warm-up; patch only so that the warm-up Role may grant "
+        "the rolling-update handover (the operator never patches pods)",
+    ),
     Kind(
         "v1",
         "Event",

@@ -222,6 +222,11 @@ class ClusterSim:
     def ready_backends(self) -> tuple[str, ...]:
         return tuple(sorted(n for n, r in self.replicas.items() if r.ready and not r.draining))
 
+    def cached(self, blocks: tuple[int, ...], backends: Sequence[str]) -> dict[str, int]:
+        """``RoutingContext.cached`` for ``blocks`` as the routers see it now (empty without
+        ``kv_events``)."""
+        return self._kv.cached(blocks, backends) if self._kv is not None else {}
+
     def _at(self, at_s: float | None) -> float:
         if at_s is None:
             return self.now
@@ -342,8 +347,7 @@ class ClusterSim:
             )
             for b in backends
         }
-        cached = self._kv.cached(job.blocks, backends) if self._kv is not None else {}
-        ctx = RoutingContext(job.blocks, backends, loads, cached)
+        ctx = RoutingContext(job.blocks, backends, loads, self.cached(job.blocks, backends))
         decision = policy.select(ctx)
         if decision.backend not in backends:
             raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")

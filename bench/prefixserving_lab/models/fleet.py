@@ -8,10 +8,13 @@ turns Ready when its engine is healthy, with an empty cache.
 
 **Warm-up** (what the ``prefixserving warmup`` sidecar does, simulated): when the engine is
 up, the router's hot prefixes are the prefixes shared by at least ``min_hits`` of the requests
-that arrived in the last ``window_s``, hottest first; the pod takes the first
-``hot_prefixes`` of them that the routing policy sends to it (``home``) once it joins the Ready
-pods, and replays the deepest ones (an ancestor of a chosen prefix is warmed with it). Its
-cache is filled with them, and warming lasts the prefill of their distinct blocks
+that arrived in the last ``window_s``, hottest first; the pod takes up to ``hot_prefixes`` of
+them that the routing policy sends to it once it joins the Ready pods, chosen as the router's
+hot-prefix endpoint chooses them (an ancestor of a chosen prefix is warmed with it and takes
+no slot). In a rolling update the new pod also takes over the cache of the pod it replaces
+(the handover: :class:`~prefixserving_lab.models.rollout.RollingUpdate` names that pod; with
+engine events the routers send the prefixes it held to whichever pod holds them). Its cache
+is filled with them, and warming lasts the prefill of their distinct blocks
 (``ServiceModel.prefill_s`` per prefix, one at a time) plus ``warmup_overhead_s``.
 
 **Removal** (:meth:`Fleet.scale_to`): loading pods go first, then the most recently started
@@ -31,7 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from prefixserving.router.policies.base import RoutingPolicy, home
+from prefixserving.router.hot import choose_prefixes
+from prefixserving.router.policies.base import RoutingPolicy, home_after_join
 from prefixserving_lab.models.cluster import ClusterSim, Tick
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.workloads.blocks import chain_block_ids
@@ -81,19 +85,13 @@ class HotPrefixWindow:
         return [chains[b] for b in shared]
 
 
-def deepest(chains: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """``chains`` without those that are a prefix of another one (warming the deeper chain
-    warms its ancestors), order kept."""
-    ancestors = {chain[:depth] for chain in chains for depth in range(1, len(chain))}
-    return [chain for chain in chains if chain not in ancestors]
-
-
 @dataclass(slots=True)
 class _Pod:
     name: str
     started_s: float
     engine_up_s: float
     in_sim: bool = False
+    replaces: str | None = None
 
 
 @dataclass
@@ -127,10 +125,11 @@ class Fleet:
             self.pods[name] = _Pod(name, 0.0, 0.0, in_sim=True)
             sim.add_replica(name, at_s=0.0)
 
-    def start(self, now_s: float) -> str:
-        """Start one pod; its engine is up ``load_s`` later."""
+    def start(self, now_s: float, replaces: str | None = None) -> str:
+        """Start one pod; its engine is up ``load_s`` later. ``replaces``: the pod it is to
+        replace in a rolling update (its warm-up takes that pod's share over)."""
         name = f"{self.prefix}-{next(self._names)}"
-        self.pods[name] = _Pod(name, now_s, now_s + self.lifecycle.load_s)
+        self.pods[name] = _Pod(name, now_s, now_s + self.lifecycle.load_s, replaces=replaces)
         self.started.append(name)
         return name
 
@@ -168,7 +167,7 @@ class Fleet:
         if not self.lifecycle.warmup or self.hot is None:
             sim.add_replica(pod.name)
             return
-        chains = self.owned_prefixes(sim, pod.name)
+        chains = self.owned_prefixes(sim, pod.name, pod.replaces)
         seen: set[int] = set()
         warm_s = self.lifecycle.warmup_overhead_s
         for chain in chains:
@@ -177,14 +176,19 @@ class Fleet:
             warm_s += self.service.prefill_s(len(new) * self.service.block_tokens)
         sim.add_replica(pod.name, ready_delay_s=warm_s, warm=chains)
 
-    def owned_prefixes(self, sim: ClusterSim, member: str) -> list[tuple[int, ...]]:
-        """The hot prefixes ``member`` owns once it joins the Ready pods."""
+    def owned_prefixes(
+        self, sim: ClusterSim, member: str, replaces: str | None = None
+    ) -> list[tuple[int, ...]]:
+        """The hot prefixes ``member`` owns once it joins the Ready pods and, with
+        ``replaces``, takes over that pod's cache (``policies.base.home_after_join``), chosen
+        as the router's hot-prefix endpoint chooses them (``router.hot.choose_prefixes``)."""
         assert self.hot is not None
-        members = sorted({*sim.ready_backends(), member})
-        owned = []
-        for chain in self.hot.hot(sim.now):
-            if home(self.policy, chain, members) == member:
-                owned.append(chain)
-                if len(owned) == self.lifecycle.hot_prefixes:
-                    break
-        return deepest(owned)
+        backends = sim.ready_backends()
+
+        def owned(chain: tuple[int, ...]) -> bool:
+            cached = sim.cached(chain, backends)
+            return home_after_join(self.policy, chain, backends, member, replaces, cached) == member
+
+        return choose_prefixes(
+            self.hot.hot(sim.now), lambda c: c, self.lifecycle.hot_prefixes, owned
+        )

@@ -6,7 +6,8 @@ Ready one old pod is removed (it drains what it holds) and, the terminating pod 
 counting, the next new pod starts at once; this repeats until no old pod is left. A new pod is
 Ready after ``load_s`` without warm-up, or after ``load_s`` plus its warm-up with it
 (:mod:`prefixserving_lab.models.fleet`: the hot prefixes it owns among the Ready pods at that
-moment). Routing uses the Ready pods only, so a warming pod takes no traffic.
+moment, and with ``handover`` what the old pod it replaces holds, as the warm-up sidecar's
+handover does). Routing uses the Ready pods only, so a warming pod takes no traffic.
 
 :class:`RolloutSetup`: the traffic (the conversation workload of
 :mod:`prefixserving_lab.workloads.conversations` at a steady compression, no bursts), the
@@ -40,11 +41,14 @@ class RolloutSetup:
 
 
 class RollingUpdate:
-    """Replaces the seeded pods one at a time from ``start_s`` (surge 1, unavailable 0)."""
+    """Replaces the seeded pods one at a time from ``start_s`` (surge 1, unavailable 0);
+    with ``handover`` (``spec.warmup.handover``) each new pod is started as the successor of
+    the old pod removed when it is Ready, and warms that pod's share too."""
 
-    def __init__(self, fleet: Fleet, start_s: float | None) -> None:
+    def __init__(self, fleet: Fleet, start_s: float | None, handover: bool = True) -> None:
         self.fleet = fleet
         self.start_s = start_s
+        self.handover = handover
         self.old: list[str] = []
         self.current: str | None = None
         self.finished_s: float | None = None
@@ -55,13 +59,16 @@ class RollingUpdate:
             return
         if self.current is None:
             self.old = sorted(self.fleet.pods)
-            self.current = self.fleet.start(tick.time_s)
+            self.current = self._start_next(tick.time_s)
             return
         ready = {s.name for s in tick.replicas if s.ready and not s.draining}
         if self.current not in ready:
             return
         self.fleet.remove(sim, self.old.pop(0))
         if self.old:
-            self.current = self.fleet.start(tick.time_s)
+            self.current = self._start_next(tick.time_s)
         else:
             self.finished_s = tick.time_s
+
+    def _start_next(self, now_s: float) -> str:
+        return self.fleet.start(now_s, self.old[0] if self.handover else None)

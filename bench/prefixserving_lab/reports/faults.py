@@ -49,7 +49,9 @@ def render_markdown(runs: Mapping[str, Sequence[FaultSeries]], meta: Mapping[str
         f" ({'on' if setup['lifecycle']['warmup'] else 'off'}). Fault at"
         f" {setup['fault_s']:.0f} s: router-restart (router 0 loses its state), engines-out"
         f" ({setup['engines_out']} pods removed, the Deployment scaled back"
-        f" {setup['out_for_s']:.0f} s later), rolling-update (surge 1, unavailable 0).",
+        f" {setup['out_for_s']:.0f} s later), rolling-update (surge 1, unavailable 0; each new"
+        " pod warms what the pod it replaces holds: the warm-up handover) and"
+        " rolling-update-no-handover (the same with `spec.warmup.handover: false`).",
         f"Goal: after the fault, the hit rate of no run of {setup['bucket_s']:.0f} s buckets"
         f" stays below {_pct(DIP_RATIO)} of the steady run's (same requests, no fault) for"
         f" longer than {DIP_LIMIT_S:.0f} s.",
@@ -109,6 +111,13 @@ NOTES = [
     "- With engine events (prefix_affinity_events), a request whose prefix one engine holds"
     " beyond the others goes there, so keys that a join or a removal moves in the ranking stay"
     " where they are cached, and a new pod takes only new conversations. What is lost is what"
-    " the removed or replaced pods held.",
+    " the removed pods held.",
+    "- The warm-up handover (rolling-update against rolling-update-no-handover): each new pod"
+    " also replays the hot prefixes of the pod it replaces (`replaces` of the router's"
+    " hot-prefix endpoint). With engine events the routers then send that traffic to the new"
+    " pod, which holds it. Without events the replaced pod's keys go to their next choice in"
+    " the ranking, spread over every pod, so the new pod warms only the share of them it"
+    " ranks first for. Peers run the same warm-up and handover here (the sidecar is this"
+    " project's), with their own policy deciding which prefixes a new pod owns.",
     "",
 ]

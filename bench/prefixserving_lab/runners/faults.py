@@ -11,7 +11,9 @@ operator deploys them) and injects one fault at ``fault_s``:
   ReplicaSet picks them; they drain) and ``out_for_s`` later the Deployment is scaled back:
   new pods start, load for ``load_s`` and warm up.
 - ``rolling-update``: every pod is replaced, surge 1 and unavailable 0
-  (:class:`~prefixserving_lab.models.rollout.RollingUpdate`).
+  (:class:`~prefixserving_lab.models.rollout.RollingUpdate`), each new pod warming what the
+  pod it replaces holds (the warm-up handover, on by default).
+- ``rolling-update-no-handover``: the same with ``spec.warmup.handover: false``.
 
 **Reported** per scenario (:class:`FaultSeries`): requests bucketed by arrival into
 ``bucket_s`` windows; per bucket the hit rate, its ratio to the steady run's hit rate in the
@@ -37,7 +39,13 @@ from prefixserving_lab.models.rollout import RollingUpdate
 from prefixserving_lab.stats import quantile
 from prefixserving_lab.workloads.traces import TraceRequest
 
-SCENARIOS = ("steady", "router-restart", "engines-out", "rolling-update")
+SCENARIOS = (
+    "steady",
+    "router-restart",
+    "engines-out",
+    "rolling-update",
+    "rolling-update-no-handover",
+)
 DIP_RATIO = 0.9
 DIP_LIMIT_S = 60.0
 
@@ -67,8 +75,9 @@ class _Fault:
 
     def __init__(self, scenario: str, setup: FaultSetup, fleet: Fleet) -> None:
         self.scenario, self.setup, self.fleet = scenario, setup, fleet
-        rollout_start = setup.fault_s if scenario == "rolling-update" else None
-        self.rollout = RollingUpdate(fleet, rollout_start)
+        rolling = scenario.startswith("rolling-update")
+        rollout_start = setup.fault_s if rolling else None
+        self.rollout = RollingUpdate(fleet, rollout_start, handover=scenario == "rolling-update")
         self._steps = self._plan()
 
     def _plan(self) -> list[tuple[float, str]]:

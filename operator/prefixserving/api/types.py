@@ -643,6 +643,14 @@ class WarmupSpec(ApiModel):
         le=7200,
         description="The pod turns Ready after this even when warm-up has not finished.",
     )
+    handover: bool = Field(
+        default=True,
+        description=(
+            "In a rolling update, a new pod also replays the cache of the old pod it replaces"
+            " and marks that pod to be deleted next (pod-deletion-cost); the sidecar's Role then"
+            " grants list and patch on pods."
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------- monitoring

@@ -19,6 +19,12 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_EXPIRATION_S = 3600
 
 
+def handover_selector(name: str) -> str:
+    """The label selector of the engine pods, as ``prefixserving warmup --handover-selector``
+    takes it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(names.engine_selector(name).items()))
+
+
 def warmup_context(resource: PrefixServing) -> dict[str, Any] | None:
     """Values of the warm-up sidecar, its ConfigMap and token; None when warm-up is off."""
     spec, name = resource.spec, resource.metadata.name
@@ -46,6 +52,7 @@ def warmup_context(resource: PrefixServing) -> dict[str, Any] | None:
             str(constants.WARMUP_PORT),
             "--model",
             spec.model.served_name,
+            *(["--handover-selector", handover_selector(name)] if warmup.handover else []),
         ],
         "env": [
             {"name": env, "valueFrom": {"fieldRef": {"fieldPath": path}}}
@@ -54,8 +61,13 @@ def warmup_context(resource: PrefixServing) -> dict[str, Any] | None:
                 (constants.ENV_POD_NAME, "metadata.name"),
                 (constants.ENV_POD_NAMESPACE, "metadata.namespace"),
                 (constants.ENV_POD_UID, "metadata.uid"),
+                (
+                    constants.ENV_POD_TEMPLATE_HASH,
+                    f"metadata.labels['{constants.LABEL_POD_TEMPLATE_HASH}']",
+                ),
             )
         ],
+        "handover": warmup.handover,
         "service_account_dir": SERVICE_ACCOUNT_DIR,
         "token_expiration_s": TOKEN_EXPIRATION_S,
         "port": constants.WARMUP_PORT,

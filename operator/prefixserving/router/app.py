@@ -218,13 +218,16 @@ class Router:
         follows the engines' KV cache events, their cached depth for ``body``) and count the
         decision. None when ``backends`` is empty. Cost: one ``policies.base.route`` (plus one
         ``kv_events.lookup`` when following events)."""
+        engine_keys = () if self.cached_blocks is None else self.cached_blocks.keys(body)
         if key is not None:
             self.hygiene.observe(key)
-            self.hot.observe(key, body)
+            self.hot.observe(key, body, engine_keys)
         if not backends:
             return None
         blocks = key.blocks if key is not None else ()
-        cached = {} if self.cached_blocks is None else self.cached_blocks.cached(body, backends)
+        cached = (
+            {} if self.cached_blocks is None else self.cached_blocks.depths(engine_keys, backends)
+        )
         context = RoutingContext(blocks, backends, self.pool.loads(), cached)
         decision = route(self.policy, context)
         self.metrics.decisions.inc(self.policy.name, decision.reason.value)
@@ -294,15 +297,23 @@ class Router:
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
             return error_response(400, f"limit must be 1..{MAX_LIMIT}", param="limit")
         limit = int(raw_limit)
-        member = query.get("member")
+        member = query.get("member", "").rstrip("/") or None
+        replaces = query.get("replaces", "").rstrip("/") or None
+        if replaces is not None and member is None:
+            return error_response(
+                400, "replaces needs member: add member=http://NEW_IP:PORT", param="replaces"
+            )
         backends = list(self.pool.healthy())
-        if member:
-            member = member.rstrip("/")
-            rows = self.hot.owned_by(member, backends, self.policy, limit)
+        if member is not None:
+            depths = None if self.cached_blocks is None else self.cached_blocks.depths
+            rows = self.hot.owned_by(
+                member, backends, self.policy, limit, replaces=replaces, cached=depths
+            )
         else:
             rows = self.hot.top(limit)
         body = {
-            "member": member or None,
+            "member": member,
+            "replaces": replaces,
             "backends": backends,
             "prefixes": [row.to_json() for row in rows],
         }

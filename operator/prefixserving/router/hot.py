@@ -12,11 +12,18 @@ own once it joins, and sends those requests to it before it takes traffic.
   ``member`` among the current healthy backends plus ``member``, all idle
   (``policies.base.home``: the policy's own ``select``, which counts nothing); without it,
   all hot prefixes.
+- ``replaces`` (optional, with ``member``): the backend ``member`` replaces in a rolling
+  update (``warmup.handover``). The ranking is then among the healthy backends without
+  ``replaces`` plus ``member``, and when the router follows the engines' KV cache events,
+  what ``replaces`` holds counts as ``member``'s (``policies.base.home_after_join``): the
+  answer holds the prefixes the router will send to ``member`` once it has replayed them
+  and ``replaces`` is gone, so the replaced pod's cache moves to its successor.
 - ``limit`` (optional, default 32, at most 1024): the most prefixes returned.
 
 Answer, ``200 application/json``, hottest first::
 
     {"member": "http://10.0.0.7:8000" | null,
+     "replaces": "http://10.0.0.4:8000" | null,
      "backends": ["http://10.0.0.5:8000", ...],          # healthy backends used for ranking
      "prefixes": [{"kind": "chat" | "completion",
                    "body": {...},                        # POST it to /v1/chat/completions or
@@ -28,7 +35,7 @@ Answer, ``200 application/json``, hottest first::
 at the prefix boundary, as clients send them; completions: ``prompt`` as text or token ids
 cut at the boundary), no sampling parameters. A policy without affinity (round-robin,
 least-loaded) places no prefix, so a new member owns none of them. ``400`` for a bad
-``limit``.
+``limit`` or ``replaces`` without ``member``.
 
 **Algorithm**: every block of every request key is counted (a request counts for each of its
 prefixes). Counts are space-saving counters (Metwally et al.) over at most ``capacity``
@@ -58,7 +65,10 @@ seen at least twice recently; decay makes two hits worth a little under 2).
 
 **Cost**: O(``prefix_blocks * log capacity``) per request; memory O(``capacity``), each
 prefix holding its block chain and a replay body trimmed to the key's depth (about
-``block_chars * prefix_blocks`` characters, shared by the prefixes of one request).
+``block_chars * prefix_blocks`` characters, shared by the prefixes of one request), and with
+engine events the source request's engine block keys (shared too). An answer with
+``member`` costs one policy ``select`` per shared prefix it considers, plus, with events, one
+O(depth) index lookup per backend for each.
 """
 
 from __future__ import annotations
@@ -67,11 +77,11 @@ import heapq
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from prefixserving.router.policies.base import RoutingPolicy, home
+from prefixserving.router.policies.base import RoutingPolicy, home_after_join
 from prefixserving.router.prefix_hashing import (
     ContentKind,
     KeyConfig,
@@ -85,6 +95,7 @@ MAX_LIMIT = 1024
 # Deepest nesting of a replay body in the answer (its JSON encoder recurses once per level).
 MAX_REPLAY_DEPTH = 32
 _RESCALE_EXPONENT = 64.0
+T = TypeVar("T")
 
 
 def servable(body: dict[str, Any]) -> bool:
@@ -100,11 +111,39 @@ def servable(body: dict[str, Any]) -> bool:
     return True
 
 
+def choose_prefixes(
+    candidates: Iterable[T],
+    chain_of: Callable[[T], tuple[int, ...]],
+    limit: int,
+    wanted: Callable[[T], bool] = lambda _: True,
+) -> list[T]:
+    """Up to ``limit`` of the wanted ``candidates`` (best first, each with its block chain),
+    none an ancestor of another: a candidate whose descendant is already chosen is skipped,
+    and a chosen one is replaced by a wanted descendant (replaying the deeper prefix warms its
+    ancestors too; this never takes a new slot). Order of choice kept. Cost: O(total chain
+    length) set operations plus one ``wanted`` per candidate not already covered."""
+    chosen: dict[int, T] = {}  # last block -> candidate, in order of choice
+    covered: set[int] = set()  # ancestors of chosen prefixes
+    for candidate in candidates:
+        chain = chain_of(candidate)
+        if chain[-1] in covered or not wanted(candidate):
+            continue
+        deepens = any(ancestor in chosen for ancestor in chain[:-1])
+        if len(chosen) >= limit and not deepens:
+            continue
+        for ancestor in chain[:-1]:
+            covered.add(ancestor)
+            chosen.pop(ancestor, None)
+        chosen[chain[-1]] = candidate
+    return list(chosen.values())
+
+
 @dataclass(slots=True)
 class _Entry:
     chain: tuple[int, ...]
     key: PrefixKey
     source: dict[str, Any]
+    engine_keys: tuple[int, ...]
     count: float
     error: float
 
@@ -169,8 +208,11 @@ class HotPrefixes:
                 del self._entries[block]
                 return count
 
-    def observe(self, key: PrefixKey, body: Mapping[str, Any]) -> None:
-        """Count every prefix of ``key``; ``body`` is the parsed request it came from."""
+    def observe(
+        self, key: PrefixKey, body: Mapping[str, Any], engine_keys: tuple[int, ...] = ()
+    ) -> None:
+        """Count every prefix of ``key``; ``body`` is the parsed request it came from and
+        ``engine_keys`` its engine block keys (``kv_events.lookup``; empty without events)."""
         if key.salted or not key.blocks:
             return
         weight = self._weight()
@@ -181,7 +223,7 @@ class HotPrefixes:
                 floor = self._pop_smallest() if len(self._entries) >= self.capacity else 0.0
                 if source is None:
                     source = replay_body(body, key, len(key.blocks), self.key_config)
-                entry = _Entry(key.blocks[:depth], key, source, floor + weight, floor)
+                entry = _Entry(key.blocks[:depth], key, source, engine_keys, floor + weight, floor)
                 self._entries[block] = entry
             else:
                 entry.count += weight
@@ -196,24 +238,12 @@ class HotPrefixes:
     def _choose(
         self, scale: float, limit: int, wanted: Callable[[_Entry], bool] = lambda _: True
     ) -> list[_Entry]:
-        """Up to ``limit`` wanted shared prefixes, none an ancestor of another (see above).
-
-        Cost: O(n log n) for the n table entries (at most ``capacity``), plus
-        :func:`servable` of each distinct replay body of a shared entry."""
+        """Up to ``limit`` wanted shared prefixes, none an ancestor of another
+        (:func:`choose_prefixes`, hottest first). Cost: O(n log n) for the n table entries (at
+        most ``capacity``), plus :func:`servable` of each distinct replay body of a shared
+        entry."""
         shared = sorted(self._servable_shared(scale), key=lambda e: (-(e.count - e.error), e.chain))
-        chosen: dict[int, _Entry] = {}  # last block -> entry, in order of choice
-        covered: set[int] = set()  # ancestors of chosen prefixes
-        for entry in shared:
-            if entry.chain[-1] in covered or not wanted(entry):
-                continue
-            deepens = any(ancestor in chosen for ancestor in entry.chain[:-1])
-            if len(chosen) >= limit and not deepens:
-                continue
-            for ancestor in entry.chain[:-1]:
-                covered.add(ancestor)
-                chosen.pop(ancestor, None)
-            chosen[entry.chain[-1]] = entry
-        return list(chosen.values())
+        return choose_prefixes(shared, lambda e: e.chain, limit, wanted)
 
     def _servable_shared(self, scale: float) -> list[_Entry]:
         """The shared entries whose replay body the answer can carry; drops the others."""
@@ -242,13 +272,23 @@ class HotPrefixes:
         backends: Sequence[str],
         policy: RoutingPolicy,
         limit: int = DEFAULT_LIMIT,
+        *,
+        replaces: str | None = None,
+        cached: Callable[[tuple[int, ...], Sequence[str]], Mapping[str, int]] | None = None,
     ) -> list[HotPrefix]:
         """Hot prefixes that ``policy`` sends to ``member`` once it joins ``backends``, all of
-        them idle (``policies.base.home``); none for a policy without affinity."""
-        members = sorted({*backends, member})
+        them idle, and, with ``replaces``, takes over what that backend's cache holds while it
+        leaves (``policies.base.home_after_join``); none for a policy without affinity.
+        ``cached``: the engines' cached depth of a prefix's source request, from its engine
+        block keys (the router's ``kv_events.index``; None without events)."""
         scale = self._scale()
-        owned = self._choose(scale, limit, lambda e: home(policy, e.chain, members) == member)
-        return [self._row(entry, scale) for entry in owned]
+
+        def owns(entry: _Entry) -> bool:
+            depths = cached(entry.engine_keys, backends) if cached is not None else None
+            after = home_after_join(policy, entry.chain, backends, member, replaces, depths)
+            return after == member
+
+        return [self._row(entry, scale) for entry in self._choose(scale, limit, owns)]
 
     def _row(self, entry: _Entry, scale: float) -> HotPrefix:
         depth = len(entry.chain)

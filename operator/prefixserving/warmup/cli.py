@@ -63,6 +63,13 @@ from prefixserving.warmup.state import WarmupState
     show_default=True,
     help="Prefixes replayed at once.",
 )
+@click.option(
+    "--handover-selector",
+    default=None,
+    help="Label selector of this Deployment's engine pods, e.g. app.kubernetes.io/instance=pfx,"
+    "app.kubernetes.io/component=engine: in a rolling update, claim the old pod this one "
+    "replaces and replay its cache (needs list and patch on pods).",
+)
 @click.option("--model", default=None, help="Served model name (default: the engine's /v1/models).")
 @click.option(
     "--host", default="0.0.0.0", show_default=True, help="Address of /readyz and /metrics."
@@ -76,6 +83,7 @@ def warmup(
     self_url: str | None,
     timeout_s: float,
     concurrency: int,
+    handover_selector: str | None,
     model: str | None,
     host: str,
     port: int,
@@ -98,6 +106,7 @@ def warmup(
         timeout_s=timeout_s,
         concurrency=concurrency,
         model=model,
+        handover_selector=handover_selector,
     )
     asyncio.run(_serve(config, host, port))
 

@@ -3,11 +3,14 @@
 **Algorithm**
 
 1. Poll the engine's ``/health`` every ``poll_interval_s`` until it answers 200.
-2. Collect prefixes: the prompts file (``warmup.prompts`` or the ConfigMap), then the router's
-   hot prefixes that this replica will own once it joins (``GET <router>/v1/prefixserving/
-   hot-prefixes?member=<self_url>&limit=<hot_prefixes>``, ``router_attempts`` tries one second
-   apart). Equal bodies are replayed once. The served model name comes from ``--model`` or the
-   engine's ``/v1/models`` and fills bodies that carry none.
+2. With ``handover_selector``, claim the old pod this one replaces in a rolling update
+   (``warmup.handover``; none outside a rolling update). Collect prefixes: the prompts file
+   (``warmup.prompts`` or the ConfigMap), then the router's hot prefixes that this replica will
+   own once it joins and the claimed pod leaves (``GET <router>/v1/prefixserving/
+   hot-prefixes?member=<self_url>&replaces=<claimed>&limit=<hot_prefixes>``,
+   ``router_attempts`` tries one second apart). Equal bodies are replayed once. The served
+   model name comes from ``--model`` or the engine's ``/v1/models`` and fills bodies that
+   carry none.
 3. Replay every prefix through the engine's own OpenAI endpoint (chat through
    ``/v1/chat/completions`` with the same messages, so the engine's chat template renders it
    as it renders client traffic; completions through ``/v1/completions``) with
@@ -22,7 +25,8 @@ failing step (bad prompts file, unreachable router, a prefix the engine refuses)
 and logged and warm-up goes on; an unexpected error ends warm-up early but still finishes the
 state. Nothing here ever blocks Ready past ``timeout_s`` or touches the engine process.
 
-Cost: one request per distinct prefix; engine time = their prefill.
+Cost: one request per distinct prefix (engine time: their prefill), plus with the handover one
+pod list and one patch.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +43,7 @@ import httpx
 
 from prefixserving import constants
 from prefixserving.api import defaults
+from prefixserving.warmup.handover import find_replaced
 from prefixserving.warmup.prompts import (
     WarmupRequest,
     load_prompts_file,
@@ -64,6 +70,7 @@ class WarmupConfig:
     request_timeout_s: float = 120.0
     poll_interval_s: float = 1.0
     router_attempts: int = 3
+    handover_selector: str | None = None
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.concurrency < 1 or self.hot_prefixes < 0:
@@ -105,7 +112,11 @@ async def _warm(config: WarmupConfig, state: WarmupState, client: httpx.AsyncCli
     state.phase = Phase.WAITING_FOR_ENGINE
     await _wait_healthy(client, config)
     state.phase = Phase.COLLECTING
-    requests = unique([*_from_file(config, state), *await _from_router(client, config, state)])
+    replaces = None
+    if config.handover_selector:
+        replaces = await asyncio.to_thread(find_replaced, os.environ, config.handover_selector)
+    routed = await _from_router(client, config, state, replaces)
+    requests = unique([*_from_file(config, state), *routed])
     model = config.model or await _served_model(client, config.engine_url)
     state.plan(len(requests))
     state.phase = Phase.WARMING
@@ -140,7 +151,7 @@ def _from_file(config: WarmupConfig, state: WarmupState) -> list[WarmupRequest]:
 
 
 async def _from_router(
-    client: httpx.AsyncClient, config: WarmupConfig, state: WarmupState
+    client: httpx.AsyncClient, config: WarmupConfig, state: WarmupState, replaces: str | None
 ) -> list[WarmupRequest]:
     if not config.router_url or config.hot_prefixes == 0:
         return []
@@ -150,6 +161,8 @@ async def _from_router(
         return []
     url = f"{config.router_url.rstrip('/')}{constants.ROUTER_HOT_PREFIXES_PATH}"
     params = {"member": config.self_url, "limit": str(config.hot_prefixes)}
+    if replaces:
+        params["replaces"] = replaces
     error = ""
     for attempt in range(config.router_attempts):
         if attempt:
@@ -170,7 +183,13 @@ async def _from_router(
             log.warning("skipping hot prefix: %s", problem)
         if problems:
             state.record_failure(Stage.ROUTER, len(problems))
-        log.info("router %s: %d hot prefixes owned by %s", url, len(requests), config.self_url)
+        log.info(
+            "router %s: %d hot prefixes owned by %s (replacing %s)",
+            url,
+            len(requests),
+            config.self_url,
+            replaces or "none",
+        )
         return requests
     log.warning("router %s unreachable after %d tries (%s)", url, config.router_attempts, error)
     state.record_failure(Stage.ROUTER)

@@ -48,6 +48,6 @@ class CachedBlocks:
         salt = body.get("cache_salt")
         return self.hasher.keys(tokens, salt if isinstance(salt, str) else None)
 
-    def cached(self, body: Mapping[str, Any], backends: Iterable[str]) -> dict[str, int]:
-        """Per backend holding at least the first block, how many leading blocks."""
-        return self.index.cached(backends, self.keys(body))
+    def depths(self, keys: tuple[int, ...], backends: Iterable[str]) -> dict[str, int]:
+        """``RoutingContext.cached`` for block ``keys`` (``KvIndex.cached``)."""
+        return self.index.cached(backends, keys)

@@ -130,10 +130,38 @@ def route(policy: RoutingPolicy, ctx: RoutingContext) -> Decision:
     return decision
 
 
-def home(policy: RoutingPolicy, blocks: tuple[int, ...], backends: Sequence[str]) -> str | None:
+def home(
+    policy: RoutingPolicy,
+    blocks: tuple[int, ...],
+    backends: Sequence[str],
+    cached: Mapping[str, int] | None = None,
+) -> str | None:
     """The backend ``policy`` sends a request with ``blocks`` to when every one of
-    ``backends`` is idle, or None when the policy has no affinity. Records nothing; cost: one
-    :meth:`~RoutingPolicy.select`."""
+    ``backends`` is idle (``cached``: the engines' cached depth, as in
+    :class:`RoutingContext`), or None when the policy has no affinity. Records nothing; cost:
+    one :meth:`~RoutingPolicy.select`."""
     if not policy.affinity:
         return None
-    return policy.select(RoutingContext(blocks, tuple(sorted(backends)))).backend
+    return policy.select(RoutingContext(blocks, tuple(sorted(backends)), {}, cached or {})).backend
+
+
+def home_after_join(
+    policy: RoutingPolicy,
+    blocks: tuple[int, ...],
+    backends: Sequence[str],
+    member: str,
+    replaces: str | None = None,
+    cached: Mapping[str, int] | None = None,
+) -> str | None:
+    """:func:`home` once ``member`` has joined ``backends`` and, with ``replaces``, taken over
+    what ``replaces`` holds while ``replaces`` left: the members are ``backends`` without
+    ``replaces`` plus ``member``, and ``replaces``' cached depth (engine events) counts for
+    ``member``. What a warm-up must replay on a new backend for the router to send it the
+    traffic it is meant to take: its share of the ranking and, in a rolling update, the pod it
+    replaces' cache. Cost: one :meth:`~RoutingPolicy.select`."""
+    members = {*backends, member} - ({replaces} if replaces and replaces != member else set())
+    after = dict(cached or {})
+    if replaces is not None and replaces in after:
+        depth = after.pop(replaces)
+        after[member] = max(after.get(member, 0), depth)
+    return home(policy, blocks, sorted(members), after)

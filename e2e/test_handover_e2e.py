@@ -1,0 +1,117 @@
+"""The rolling-update handover on a real cluster: what the emulator cannot show.
+
+- The ReplicaSet controller deletes the old pod the handover claimed (its
+  ``controller.kubernetes.io/pod-deletion-cost``) when the old ReplicaSet scales down.
+- The operator may create the warm-up Role that grants the handover's verbs (the API server
+  refuses a Role granting more than its creator holds), and the engine pods' service account
+  then holds exactly them.
+
+Stand-in engines (``hashicorp/http-echo``) play the old pods; the claim runs from the test as
+the new pod's sidecar runs it (``warmup.handover.claim_replaced``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import kubernetes
+
+from prefixserving import constants
+from prefixserving.api import names
+from prefixserving.controller.kube import (
+    DEPLOYMENT,
+    KINDS,
+    PREFIX_SERVING,
+    Kube,
+    load_api_client,
+)
+from prefixserving.warmup.handover import (
+    DELETION_COST,
+    DELETION_COST_ANNOTATION,
+    ThisPod,
+    claim_replaced,
+    pods_api,
+)
+from prefixserving_lab.testing import prefixserving_body, wait_for
+
+from .stand_ins import ECHO_IMAGE, kubectl
+
+wait_for = partial(wait_for, timeout_s=180.0, interval_s=1.0)
+POD = KINDS[("v1", "Pod")]
+ROLE = KINDS[("rbac.authorization.k8s.io/v1", "Role")]
+LABELS = {"app": "handover-e2e"}
+SELECTOR = "app=handover-e2e"
+
+
+def echo_deployment(namespace: str, replicas: int) -> dict[str, Any]:
+    container = {
+        "name": "engine",
+        "image": ECHO_IMAGE,
+        "args": [f"-listen=:{constants.ENGINE_PORT}", "-text=old"],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": constants.ENGINE_PORT}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "old-engines", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": LABELS},
+            "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def ready_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in kube.list(POD, namespace, SELECTOR)
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    ]
+
+
+def test_the_replicaset_deletes_the_claimed_pod_first(kube: Kube, namespace: str) -> None:
+    kube.apply(echo_deployment(namespace, 3))
+    wait_for(lambda: len(ready_pods(kube, namespace)) == 3, "three old pods Ready")
+    me = ThisPod("new-engine-0", namespace, "a-new-revision")
+    claimed = claim_replaced(pods_api(load_api_client()), me, SELECTOR)
+    assert claimed is not None
+    (victim,) = [
+        p for p in ready_pods(kube, namespace) if claimed == f"http://{p['status']['podIP']}:8000"
+    ]
+    annotations = victim["metadata"]["annotations"]
+    assert annotations[DELETION_COST_ANNOTATION] == DELETION_COST
+    # Without the cost the controller would pick by readiness time and then at random.
+    kubectl("-n", namespace, "scale", "deployment/old-engines", "--replicas=2")
+    wait_for(lambda: len(ready_pods(kube, namespace)) == 2, "one old pod deleted")
+    left = {p["metadata"]["name"] for p in ready_pods(kube, namespace)}
+    assert victim["metadata"]["name"] not in left
+
+
+def test_the_engine_service_account_holds_the_handover_verbs(kube: Kube, namespace: str) -> None:
+    body = prefixserving_body("hand", namespace, warmup={"enabled": True})
+    kube.request("POST", PREFIX_SERVING.path(namespace), body=body)
+    wait_for(lambda: kube.get(ROLE, namespace, names.warmup_role("hand")), "warm-up Role")
+    engines = names.engine_deployment("hand")
+    wait_for(lambda: kube.get(DEPLOYMENT, namespace, engines), "engine Deployment")
+    account = f"system:serviceaccount:{namespace}:{names.engine_service_account('hand')}"
+    authorization = kubernetes.client.AuthorizationV1Api(load_api_client())
+    for verb, allowed in (("list", True), ("patch", True), ("delete", False), ("create", False)):
+        review = authorization.create_subject_access_review(
+            {
+                "spec": {
+                    "user": account,
+                    "resourceAttributes": {
+                        "namespace": namespace,
+                        "verb": verb,
+                        "resource": "pods",
+                    },
+                }
+            }
+        )
+        assert review.status.allowed is allowed, (verb, review.status)

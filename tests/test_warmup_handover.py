@@ -1,0 +1,218 @@
+"""The rolling-update handover (``warmup.handover``) against the Kubernetes emulator through the
+official client: which old pod a new one claims, the claim's annotations, and that two new
+pods never claim the same old one (the emulator enforces ``resourceVersion`` preconditions as
+the API server does). What the emulator does not do: delete pods by their deletion cost; that
+is the ReplicaSet controller's part, checked on kind in e2e/test_operator_e2e.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from prefixserving import constants
+from prefixserving.controller.kube import KINDS, Kube, load_api_client
+from prefixserving.warmup import handover
+from prefixserving.warmup.handover import (
+    DELETION_COST,
+    DELETION_COST_ANNOTATION,
+    HANDOVER_ANNOTATION,
+    ThisPod,
+    claim_replaced,
+    find_replaced,
+    pods_api,
+)
+from support.kube_emulator import EmulatorThread
+
+NS = "handover"
+SELECTOR = "app.kubernetes.io/component=engine,app.kubernetes.io/instance=chat"
+LABELS = {"app.kubernetes.io/component": "engine", "app.kubernetes.io/instance": "chat"}
+POD = KINDS[("v1", "Pod")]
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    with EmulatorThread() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube"))
+
+
+@pytest.fixture
+def kube(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kube]:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    client = Kube(load_api_client(), field_manager="test")
+    yield client
+    for pod in client.request("GET", f"/api/v1/namespaces/{NS}/pods")["items"]:
+        client.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}")
+
+
+@pytest.fixture
+def api(kubeconfig: Path) -> handover.PodsApi:
+    return pods_api(kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
+
+
+def make_pod(
+    kube: Kube,
+    name: str,
+    revision: str,
+    ip: str,
+    *,
+    ready: bool = True,
+    labels: Mapping[str, str] = LABELS,
+    annotations: Mapping[str, str] | None = None,
+) -> None:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": NS,
+        "labels": {**labels, constants.LABEL_POD_TEMPLATE_HASH: revision},
+        "annotations": dict(annotations or {}),
+    }
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/pods",
+        body={"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": []}},
+    )
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{NS}/pods/{name}/status",
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )
+
+
+def annotations(kube: Kube, name: str) -> dict[str, str]:
+    pod = kube.get(POD, NS, name)
+    assert pod is not None
+    return pod["metadata"].get("annotations") or {}
+
+
+def me(name: str = "chat-new-1") -> ThisPod:
+    return ThisPod(name, NS, "new")
+
+
+def test_a_ready_old_pod_of_this_deployment_is_claimed_and_marked_to_go_first(
+    kube: Kube, api: handover.PodsApi
+) -> None:
+    # Created oldest first, so creation time and name give the same order.
+    make_pod(kube, "chat-old-0-unready", "old", "10.0.0.3", ready=False)
+    make_pod(kube, "chat-old-a", "old", "10.0.0.1")
+    make_pod(kube, "chat-old-b", "old", "10.0.0.2")
+    make_pod(kube, "chat-new-0", "new", "10.0.0.9")
+    other = {**LABELS, "app.kubernetes.io/instance": "other"}
+    make_pod(kube, "other-old", "old", "10.0.0.8", labels=other)
+
+    assert claim_replaced(api, me(), SELECTOR) == "http://10.0.0.1:8000"
+    assert annotations(kube, "chat-old-a") == {
+        HANDOVER_ANNOTATION: "chat-new-1",
+        DELETION_COST_ANNOTATION: DELETION_COST,
+    }
+    for untouched in ("chat-old-b", "chat-old-0-unready", "chat-new-0", "other-old"):
+        assert annotations(kube, untouched) == {}, untouched
+
+
+def test_a_claimed_pod_is_kept_by_its_claimant_and_skipped_by_others(
+    kube: Kube, api: handover.PodsApi
+) -> None:
+    make_pod(kube, "chat-old-a", "old", "10.0.0.1")
+    make_pod(kube, "chat-old-b", "old", "fd00::2")
+    assert claim_replaced(api, me("chat-new-1"), SELECTOR) == "http://10.0.0.1:8000"
+    # A restarted sidecar asks again: the same pod, still its own.
+    assert claim_replaced(api, me("chat-new-1"), SELECTOR) == "http://10.0.0.1:8000"
+    assert claim_replaced(api, me("chat-new-2"), SELECTOR) == "http://[fd00::2]:8000"
+    assert claim_replaced(api, me("chat-new-3"), SELECTOR) is None
+    assert annotations(kube, "chat-old-b")[HANDOVER_ANNOTATION] == "chat-new-2"
+
+
+class RacingPods:
+    """Lists for ``racer`` too: after this pod's first list, ``racer`` claims first, so this
+    pod's patch carries a stale ``resourceVersion``."""
+
+    def __init__(self, api: handover.PodsApi, racer: ThisPod) -> None:
+        self.api, self.racer, self.patches = api, racer, 0
+        self.raced = False
+
+    def list_pods(self, namespace: str, selector: str) -> Sequence[Mapping[str, Any]]:
+        pods = self.api.list_pods(namespace, selector)
+        if not self.raced:
+            self.raced = True
+            assert claim_replaced(self.api, self.racer, selector) is not None
+        return pods
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.patches += 1
+        self.api.patch_pod(namespace, name, patch)
+
+
+def test_two_new_pods_racing_for_one_old_pod_claim_distinct_ones(
+    kube: Kube, api: handover.PodsApi
+) -> None:
+    make_pod(kube, "chat-old-a", "old", "10.0.0.1")
+    make_pod(kube, "chat-old-b", "old", "10.0.0.2")
+    racing = RacingPods(api, me("chat-new-2"))
+    assert claim_replaced(racing, me("chat-new-1"), SELECTOR) == "http://10.0.0.2:8000"
+    assert racing.patches == 2, "the stale claim must conflict (409) and be retried"
+    assert annotations(kube, "chat-old-a")[HANDOVER_ANNOTATION] == "chat-new-2"
+    assert annotations(kube, "chat-old-b")[HANDOVER_ANNOTATION] == "chat-new-1"
+
+
+def listed(name: str, created: str, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {constants.LABEL_POD_TEMPLATE_HASH: "old"},
+            "creationTimestamp": created,
+            "resourceVersion": "1",
+            **meta,
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_candidates_go_oldest_first_then_by_name_and_never_terminating() -> None:
+    z = listed("chat-old-z", "2026-12-01T00:00:01Z")
+    a = listed("chat-old-a", "2026-12-01T00:00:02Z")
+    b = listed("chat-old-b", "2026-12-01T00:00:02Z")
+    going = listed("chat-old-0", "2026-11-01T00:00:00Z", deletionTimestamp="2026-12-02T00:00:00Z")
+    assert handover.candidates([b, a, going, z], me()) == [z, a, b]
+
+
+class RefusingPods:
+    def list_pods(self, namespace: str, selector: str) -> Sequence[Mapping[str, Any]]:
+        raise kubernetes.client.exceptions.ApiException(status=403, reason="Forbidden")
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        raise AssertionError("not reached")
+
+
+IN_POD = {
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    constants.ENV_POD_NAME: "chat-new-1",
+    constants.ENV_POD_NAMESPACE: NS,
+    constants.ENV_POD_TEMPLATE_HASH: "new",
+}
+
+
+def test_outside_a_pod_or_when_refused_warm_up_goes_on_without_handover() -> None:
+    def never() -> handover.PodsApi:
+        raise AssertionError("no API call outside a pod")
+
+    for missing in IN_POD:
+        env = {k: v for k, v in IN_POD.items() if k != missing}
+        assert find_replaced(env, SELECTOR, api=never) is None, missing
+    assert find_replaced(IN_POD, SELECTOR, api=RefusingPods) is None

@@ -127,12 +127,26 @@ def test_a_claimed_pod_is_kept_by_its_claimant_and_skipped_by_others(
 ) -> None:
     make_pod(kube, "chat-old-a", "old", "10.0.0.1")
     make_pod(kube, "chat-old-b", "old", "fd00::2")
+    for i in (1, 2, 3):  # the claimants are pods of the new revision
+        make_pod(kube, f"chat-new-{i}", "new", f"10.0.1.{i}", ready=False)
     assert claim_replaced(api, me("chat-new-1"), SELECTOR) == "http://10.0.0.1:8000"
     # A restarted sidecar asks again: the same pod, still its own.
     assert claim_replaced(api, me("chat-new-1"), SELECTOR) == "http://10.0.0.1:8000"
     assert claim_replaced(api, me("chat-new-2"), SELECTOR) == "http://[fd00::2]:8000"
     assert claim_replaced(api, me("chat-new-3"), SELECTOR) is None
     assert annotations(kube, "chat-old-b")[HANDOVER_ANNOTATION] == "chat-new-2"
+
+
+def test_a_claim_of_a_pod_that_is_gone_passes_to_its_successor(
+    kube: Kube, api: handover.PodsApi
+) -> None:
+    make_pod(kube, "chat-new-1", "new", "10.0.0.5")
+    make_pod(kube, "chat-old-a", "old", "10.0.0.1")
+    assert claim_replaced(api, me("chat-new-1"), SELECTOR) == "http://10.0.0.1:8000"
+    assert claim_replaced(api, me("chat-new-2"), SELECTOR) is None, "its claimant is alive"
+    kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/chat-new-1")  # failed, replaced
+    assert claim_replaced(api, me("chat-new-2"), SELECTOR) == "http://10.0.0.1:8000"
+    assert annotations(kube, "chat-old-a")[HANDOVER_ANNOTATION] == "chat-new-2"
 
 
 class RacingPods:
@@ -160,6 +174,8 @@ def test_two_new_pods_racing_for_one_old_pod_claim_distinct_ones(
 ) -> None:
     make_pod(kube, "chat-old-a", "old", "10.0.0.1")
     make_pod(kube, "chat-old-b", "old", "10.0.0.2")
+    for i in (1, 2):
+        make_pod(kube, f"chat-new-{i}", "new", f"10.0.1.{i}", ready=False)
     racing = RacingPods(api, me("chat-new-2"))
     assert claim_replaced(racing, me("chat-new-1"), SELECTOR) == "http://10.0.0.2:8000"
     assert racing.patches == 2, "the stale claim must conflict (409) and be retried"

@@ -16,8 +16,9 @@ router):
 1. List the pods matching ``selector`` in this pod's namespace.
 2. Candidates (:func:`candidates`): pods of another revision (their ``pod-template-hash``
    label differs from this pod's), Running and Ready, not being deleted, with an IP, and not
-   claimed by another pod (annotation ``HANDOVER_ANNOTATION`` absent or naming this pod: a
-   restarted sidecar keeps its claim).
+   claimed by another live pod (annotation ``HANDOVER_ANNOTATION`` absent, naming this pod: a
+   restarted sidecar keeps its claim, or naming a pod no longer listed: a new pod that failed
+   and was replaced leaves its claim to its successor).
 3. Claim the oldest candidate (creation time, then name): a merge patch of its annotations,
    ``HANDOVER_ANNOTATION: <this pod>`` and ``DELETION_COST_ANNOTATION: DELETION_COST``,
    guarded by the ``resourceVersion`` it was listed with, so two new pods never claim the
@@ -99,6 +100,7 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 
 def candidates(pods: Sequence[Mapping[str, Any]], me: ThisPod) -> list[Mapping[str, Any]]:
     """Old pods this pod may claim, the one to claim first (step 2 of the module docstring)."""
+    listed = {(p.get("metadata") or {}).get("name") for p in pods}
     found = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -108,7 +110,7 @@ def candidates(pods: Sequence[Mapping[str, Any]], me: ThisPod) -> list[Mapping[s
             or meta.get("deletionTimestamp")
             or not (pod.get("status") or {}).get("podIP")
             or not _ready(pod)
-            or annotations.get(HANDOVER_ANNOTATION, me.name) != me.name
+            or annotations.get(HANDOVER_ANNOTATION, me.name) in listed - {me.name}
         ):
             continue
         found.append(pod)

@@ -34,8 +34,7 @@ from prefixserving.warmup.handover import (
     pods_api,
 )
 from prefixserving_lab.testing import prefixserving_body, wait_for
-
-from .stand_ins import ECHO_IMAGE, kubectl
+from stand_ins import ECHO_IMAGE, kubectl
 
 wait_for = partial(wait_for, timeout_s=180.0, interval_s=1.0)
 POD = KINDS[("v1", "Pod")]

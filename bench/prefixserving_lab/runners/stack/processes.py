@@ -13,12 +13,42 @@ from pathlib import Path
 
 import httpx
 
+# Listening ports are picked below the kernel's ephemeral range, which it hands out to every
+# bind to port 0 and every outgoing connection: a port picked from that range and bound later
+# by an engine (its HTTP server, its KV event publisher) can be taken meanwhile by another
+# process's connection or internal socket (seen: vLLM's ZMQ publisher, "Address already in
+# use"). Below the range, only another explicit bind can take it.
+_LISTEN_PORTS = range(15000, 30000)
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range
+    (see above) and not handed out before by this process. Processes start their search at
+    different places (by process id), so two of them rarely try the same ports. Cost: one
+    bind per port tried."""
+    low = _LISTEN_PORTS.start
+    size = min(_LISTEN_PORTS.stop, _ephemeral_low()) - low
+    first = (os.getpid() * 7919) % size
+    for step in range(size):
+        port = low + (first + step) % size
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port in {low}-{low + size - 1} on 127.0.0.1")
 
 
 def stop_process(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

@@ -48,7 +48,7 @@ def test_deleting_a_router_pod_under_traffic_fails_no_request(kube: Kube, namesp
         lambda: len(client_codes(namespace, "client")) >= BEFORE_DELETE,
         what=f"{BEFORE_DELETE} requests answered",
     )
-    selector = ",".join(f"{k}={v}" for k, v in names.router_selector("drain").items())
+    selector = names.label_selector(names.router_selector("drain"))
     victim = kubectl("-n", namespace, "get", "pod", "-l", selector,
                      "-o", "jsonpath={.items[0].metadata.name}")  # fmt: skip
     kubectl("-n", namespace, "delete", "pod", victim, "--wait=false")

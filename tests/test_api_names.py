@@ -25,3 +25,12 @@ def test_selectors_are_subsets_of_labels_and_carry_no_version() -> None:
 def test_urls() -> None:
     assert names.engine_dns("a", "ns") == "a-engine.ns.svc.cluster.local:8000"
     assert names.router_url("a", "ns") == "http://a-router.ns.svc.cluster.local:8080"
+
+
+def test_label_selector_sorts_keys() -> None:
+    assert names.label_selector({}) == ""
+    assert names.label_selector({"b": "2", "a": "1"}) == "a=1,b=2"
+    assert names.label_selector(names.engine_selector("chat")) == (
+        "app.kubernetes.io/component=engine,app.kubernetes.io/instance=chat,"
+        "app.kubernetes.io/name=prefixserving"
+    )

@@ -141,7 +141,7 @@ class Harness:
 
     def children(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """``Kind/name`` -> object for every object labelled as this resource's child."""
-        selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
+        selector = names.label_selector(names.instance_selector(name))
         found: dict[str, dict[str, Any]] = {}
         for kind in CHILD_KINDS:
             if not self.kube.served(kind.api_version, kind.plural):

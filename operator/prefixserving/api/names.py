@@ -7,6 +7,8 @@ agree. All functions are pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prefixserving import constants
 
 COMPONENT_WARMUP = "warmup"
@@ -102,6 +104,12 @@ def router_selector(name: str) -> dict[str, str]:
 def instance_selector(name: str) -> dict[str, str]:
     """Selector of every object of one PrefixServing (engine and router Services alike)."""
     return {constants.LABEL_NAME: constants.PART_OF, constants.LABEL_INSTANCE: name}
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    """A label selector string matching every label of ``labels``: ``k=v`` pairs, keys sorted,
+    joined by ``,`` (as ``labelSelector`` queries and ``kubectl -l`` take it)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def labels(name: str, component: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ TOKEN_EXPIRATION_S = 3600
 def handover_selector(name: str) -> str:
     """The label selector of the engine pods, as ``prefixserving warmup --handover-selector``
     takes it."""
-    return ",".join(f"{k}={v}" for k, v in sorted(names.engine_selector(name).items()))
+    return names.label_selector(names.engine_selector(name))
 
 
 def warmup_context(resource: PrefixServing) -> dict[str, Any] | None:

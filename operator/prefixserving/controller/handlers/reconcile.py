@@ -184,7 +184,7 @@ def prune(
         resource.metadata.name,
         resource.metadata.uid,
     )
-    selector = ",".join(f"{k}={v}" for k, v in names.instance_selector(name).items())
+    selector = names.label_selector(names.instance_selector(name))
     for kind in CHILD_KINDS:
         if kind.optional and not kube.served(kind.api_version, kind.plural):
             continue

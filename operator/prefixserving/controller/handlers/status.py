@@ -108,7 +108,7 @@ def observe(kube: Kube, namespace: str, name: str, warmup: bool) -> Observation:
     router = DeploymentState.of(kube.get(DEPLOYMENT, namespace, names.router_deployment(name)))
     ready = warm = engine.ready
     if warmup:
-        selector = ",".join(f"{k}={v}" for k, v in names.engine_selector(name).items())
+        selector = names.label_selector(names.engine_selector(name))
         pods = kube.list(POD, namespace, selector)
         if pods:
             ready, warm = pod_counts(pods)

@@ -12,9 +12,12 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prefixserving import constants
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 log = logging.getLogger("prefixserving.warmup")
 
@@ -57,17 +60,21 @@ class EventsApi(Protocol):
     def create_namespaced_event(self, namespace: str, body: dict) -> object: ...
 
 
-def _in_cluster_api() -> EventsApi:
+def in_cluster_api() -> CoreV1Api:
+    """A ``CoreV1Api`` with this pod's service account (the in-cluster configuration, in a
+    client of its own: the global default configuration is left alone). The warm-up sidecar's
+    one client builder: its timeout Event here, its handover (``warmup/handover.py``)."""
     from kubernetes import client, config
 
-    config.load_incluster_config()
-    return client.CoreV1Api()
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    return client.CoreV1Api(client.ApiClient(configuration))
 
 
 def emit_timeout_event(
     message: str,
     env: Mapping[str, str] | None = None,
-    api: Callable[[], EventsApi] = _in_cluster_api,
+    api: Callable[[], EventsApi] = in_cluster_api,
 ) -> bool:
     """Create the Event; return whether it was created. ``api`` builds the client (the
     in-cluster configuration by default)."""

@@ -39,9 +39,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prefixserving import constants
+from prefixserving.warmup.events import in_cluster_api
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 log = logging.getLogger("prefixserving.warmup")
 
@@ -151,15 +155,12 @@ def claim_replaced(api: PodsApi, me: ThisPod, selector: str, attempts: int = 3) 
 class _CoreV1Pods:
     """:class:`PodsApi` over the official client."""
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._client = api_client
-        self._core = client.CoreV1Api(api_client)
+    def __init__(self, core: CoreV1Api) -> None:
+        self._core = core
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=selector)
-        return self._client.sanitize_for_serialization(pods).get("items", [])
+        return self._core.api_client.sanitize_for_serialization(pods).get("items", [])
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -176,16 +177,14 @@ class _CoreV1Pods:
 
 def pods_api(api_client: Any) -> PodsApi:
     """:class:`PodsApi` over a configured ``kubernetes.client.ApiClient``."""
-    return _CoreV1Pods(api_client)
+    from kubernetes import client
+
+    return _CoreV1Pods(client.CoreV1Api(api_client))
 
 
 def in_cluster_pods() -> PodsApi:
-    """:class:`PodsApi` with this pod's service account."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
-    return pods_api(client.ApiClient(configuration))
+    """:class:`PodsApi` with this pod's service account (:func:`events.in_cluster_api`)."""
+    return _CoreV1Pods(in_cluster_api())
 
 
 def find_replaced(

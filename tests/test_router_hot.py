@@ -175,3 +175,21 @@ def test_with_engine_events_the_replaced_backends_cache_is_handed_over() -> None
     # Without the handover the same cache state keeps them on the replaced engine.
     joined = hot.owned_by(member, backends, policy, limit=1024, cached=cached)
     assert not held & {int(r.body["messages"][0]["content"][9:12]) for r in joined}
+
+
+def test_engine_keys_are_looked_up_once_per_source_request() -> None:
+    backends = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    hot, policy = HotPrefixes(CONFIG), make_policy("prefix-affinity")
+    body = doc_request(1, 1)
+    key = chat_key(body, CONFIG)
+    assert len(key.blocks) > 1
+    for _ in range(2):
+        hot.observe(key, body, engine_keys=(1001,))
+    lookups: list[tuple[int, ...]] = []
+
+    def cached(keys: tuple[int, ...], among: Sequence[str]) -> dict[str, int]:
+        lookups.append(keys)
+        return dict.fromkeys(among, 0)
+
+    hot.owned_by("http://10.0.0.3:8000", backends, policy, limit=1024, cached=cached)
+    assert lookups == [(1001,)], "one lookup for the request, not one per stored prefix"

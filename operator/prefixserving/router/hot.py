@@ -68,7 +68,7 @@ prefix holding its block chain and a replay body trimmed to the key's depth (abo
 ``block_chars * prefix_blocks`` characters, shared by the prefixes of one request), and with
 engine events the source request's engine block keys (shared too). An answer with
 ``member`` costs one policy ``select`` per shared prefix it considers, plus, with events, one
-O(depth) index lookup per backend for each.
+O(depth) index lookup per backend for each source request among them.
 """
 
 from __future__ import annotations
@@ -280,11 +280,18 @@ class HotPrefixes:
         them idle, and, with ``replaces``, takes over what that backend's cache holds while it
         leaves (``policies.base.home_after_join``); none for a policy without affinity.
         ``cached``: the engines' cached depth of a prefix's source request, from its engine
-        block keys (the router's ``kv_events.index``; None without events)."""
+        block keys (the router's ``kv_events.index``; None without events), looked up once
+        per source request: the prefixes of one request share its engine keys."""
         scale = self._scale()
+        depths_of: dict[int, Mapping[str, int]] = {}  # id of an entry's engine keys -> depths
 
         def owns(entry: _Entry) -> bool:
-            depths = cached(entry.engine_keys, backends) if cached is not None else None
+            depths = None
+            if cached is not None:
+                keys = id(entry.engine_keys)
+                if keys not in depths_of:
+                    depths_of[keys] = cached(entry.engine_keys, backends)
+                depths = depths_of[keys]
             after = home_after_join(policy, entry.chain, backends, member, replaces, depths)
             return after == member
 

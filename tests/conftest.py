@@ -18,8 +18,12 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from support.kube_emulator import EmulatorThread
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -94,6 +98,21 @@ def kv_event_ports(engine: object) -> tuple[int, int]:
 def real_engine(real_engines: list) -> object:
     """One of the shared real engines (PEEK scheduler)."""
     return real_engines[0]
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    """The Kubernetes API emulator (``support.kube_emulator``), one per test module."""
+    from support.kube_emulator import EmulatorThread
+
+    with EmulatorThread() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig file that points the official client at the module's :func:`emulator`."""
+    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube"))
 
 
 # bench/ and tests/support are importable from tests.

@@ -19,16 +19,9 @@ CONFIGMAP = KINDS[("v1", "ConfigMap")]
 
 
 @pytest.fixture(scope="module")
-def emulator() -> Iterator[EmulatorThread]:
-    with EmulatorThread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def kube(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    path = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube"))
+def kube(kubeconfig: Path) -> Iterator[Kube]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KUBECONFIG", str(path))
+        patch.setenv("KUBECONFIG", str(kubeconfig))
         yield Kube(load_api_client(), field_manager="operator")
 
 

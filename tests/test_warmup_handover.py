@@ -25,23 +25,11 @@ from prefixserving.warmup.handover import (
     find_replaced,
     pods_api,
 )
-from support.kube_emulator import EmulatorThread
 
 NS = "handover"
 SELECTOR = "app.kubernetes.io/component=engine,app.kubernetes.io/instance=chat"
 LABELS = {"app.kubernetes.io/component": "engine", "app.kubernetes.io/instance": "chat"}
 POD = KINDS[("v1", "Pod")]
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[EmulatorThread]:
-    with EmulatorThread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube"))
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from prefixserving.cli import main
+from prefixserving_lab.runners import callgrind, replay_overhead
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -165,6 +166,18 @@ def test_bench_replay_standard_suite_smoke(tmp_path: Path) -> None:
     assert ratios.keys() == {"fcfs", "peek"} and ratios["fcfs"] == 1.0 and ratios["peek"] > 0
     # No goal applies: real-check only ranks policies, and the overhead goal reads 1,000 waiting.
     assert data["goals"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(callgrind.unavailable() is not None, reason=str(callgrind.unavailable()))
+def test_replay_overhead_counts_the_measured_steps_under_callgrind() -> None:
+    """The deterministic overhead column: each policy's counted pass runs in its own process
+    under callgrind (imports vLLM there), and the ratios are against FCFS's count."""
+    counted = replay_overhead.measure_instructions(["fcfs", "peek"], 50, steps=2)
+    assert counted["fcfs"]["x_fcfs_cycles"] == 1.0 and counted["fcfs"]["x_fcfs_ir"] == 1.0
+    for row in counted.values():
+        assert row["cycles_per_step"] > row["ir_per_step"] > 1_000_000  # a real scheduler step
+    assert counted["peek"]["ir_per_step"] != counted["fcfs"]["ir_per_step"]  # its own code ran
 
 
 @pytest.mark.slow

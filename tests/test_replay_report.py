@@ -75,6 +75,7 @@ def test_goals_met_and_missed() -> None:
     assert got[("tpot_p50_1.1x", "b")] is True
     assert got[("control_2pct", "c")] is True
     assert got[("overhead_10pct", "1000 waiting")] is False  # x1.15
+    assert ("overhead_10pct_cycles", "1000 waiting") not in got  # not counted in this run
     assert not any(scope == "r" for _, scope in got)  # ranking-only workloads have no goals
     summary = {g["goal"]: (g["met"], g["rows"]) for g in report.goal_summary(rows)}
     assert summary["hit_rate_best"] == (1, 2) and summary["control_2pct"] == (1, 1)
@@ -85,3 +86,48 @@ def test_ratios_are_relative_to_fcfs() -> None:
     r = report.ratios(runs)
     assert r["peek"]["hit_rate"] == 2.5 and r["peek"]["ttft_p50"] == 0.2
     assert r["peek"]["cold_ttft_p99"] is None and r["fcfs"]["throughput"] == 1.0
+
+
+def overhead_row(policy: str, waiting: int, total_ms: float, x_fcfs: float, **counted: float):
+    """One row of the overhead table: 1 ms each in schedule and update, the rest in add."""
+    return {
+        "policy": policy,
+        "waiting": waiting,
+        "schedule_ms": 1.0,
+        "update_ms": 1.0,
+        "add_ms": total_ms - 2.0,
+        "total_ms": total_ms,
+        "x_fcfs": x_fcfs,
+        **counted,
+    }
+
+
+def test_counted_cycles_give_their_own_goal_row_and_table_columns() -> None:
+    overhead = [
+        overhead_row("fcfs", 100, 5.0, 1.0),
+        overhead_row(
+            "fcfs", 1000, 10.0, 1.0, cycles_per_step=30e6, x_fcfs_cycles=1.0, x_fcfs_ir=1.0
+        ),
+        overhead_row(
+            "peek", 1000, 11.5, 1.15, cycles_per_step=31.5e6, x_fcfs_cycles=1.05, x_fcfs_ir=1.02
+        ),
+    ]
+    rows = {(g["goal"], g["scope"]): g for g in report.goals([], overhead)}
+    assert rows[("overhead_10pct", "1000 waiting")]["met"] is False  # CPU time x1.15
+    cycles = rows[("overhead_10pct_cycles", "1000 waiting")]
+    assert cycles["met"] is True  # x1.05
+    assert "31.50 M" in cycles["detail"] and "instructions x1.020" in cycles["detail"]
+    result = report.new_result(
+        {},
+        {
+            "base_s": 0.01,
+            "prefill_token_s": 0.0,
+            "decode_seq_s": 0.0,
+            "context_token_s": 0.0,
+            "source": "test",
+        },
+    )
+    result["overhead"] = overhead
+    table = report.markdown(result)
+    assert "| fcfs | 100 | 1.000 | 1.000 | 3.000 | 5.000 | 1.000 | - | - |" in table
+    assert "| peek | 1,000 | 1.000 | 1.000 | 9.500 | 11.500 | 1.150 | 31.50 | 1.050 |" in table

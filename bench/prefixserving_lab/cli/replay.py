@@ -105,6 +105,13 @@ DEFAULT_OVERHEAD_WAITING = "100,1000,10000"
     show_default=True,
     help="Queue depths for the scheduler CPU-time table; empty to skip it.",
 )
+@click.option(
+    "--overhead-instructions/--no-overhead-instructions",
+    default=True,
+    show_default=True,
+    help="Also count each policy's instructions and estimated cycles per step under "
+    "valgrind's callgrind at 1,000 waiting (deterministic; about a minute per policy).",
+)
 @out_dir_option
 @click.option("--name", default="replay", show_default=True, help="Output file base name.")
 @click.option("--note", "notes", multiple=True, help="A note to add to the results (repeatable).")
@@ -129,6 +136,7 @@ def replay(
     loads: str | None,
     sweep: bool,
     overhead_waiting: str,
+    overhead_instructions: bool,
     out_dir: Path,
     name: str,
     notes: tuple[str, ...],
@@ -176,6 +184,7 @@ def replay(
         cost_model_name=cost_model_name,
         loads=_parse_loads(loads) if loads else list(suite.SWEEP_LOADS) if sweep else [],
         overhead_waiting=_parse_ints(overhead_waiting),
+        overhead_instructions=overhead_instructions,
         out_dir=out_dir,
         name=name,
         options={

@@ -11,7 +11,9 @@ with the figures; "baselines" are every other policy of the run, FCFS included):
 - ``tpot_p50_1.1x`` (sharing): TPOT p50 <= 1.1 x FCFS's;
 - ``control_2pct`` (the no-sharing control): TTFT p50 and p99 and throughput within 2 % of
   FCFS;
-- ``overhead_10pct``: scheduler CPU time per step at 1,000 waiting <= 1.10 x FCFS.
+- ``overhead_10pct``: scheduler CPU time per step at 1,000 waiting <= 1.10 x FCFS;
+- ``overhead_10pct_cycles``: the same bound on callgrind's estimated cycles per step (a
+  deterministic count; :mod:`prefixserving_lab.runners.callgrind`), when they were counted.
 
 Figures are compared as the results hold them (rounded to 4 digits).
 """
@@ -99,6 +101,18 @@ def goals(
                 f"{at[BASELINE]['total_ms']:.3f} ms/step (x{x:.3f}, median of paired rounds)",
             )
         )
+        if "x_fcfs_cycles" in at[CANDIDATE] and "cycles_per_step" in at[BASELINE]:
+            x = at[CANDIDATE]["x_fcfs_cycles"]
+            rows.append(
+                _goal(
+                    "overhead_10pct_cycles",
+                    f"{OVERHEAD_WAITING} waiting",
+                    x <= OVERHEAD_GOAL,
+                    f"peek {at[CANDIDATE]['cycles_per_step'] / 1e6:.2f} M estimated cycles/step "
+                    f"vs fcfs {at[BASELINE]['cycles_per_step'] / 1e6:.2f} M (x{x:.3f}; "
+                    f"instructions x{at[CANDIDATE]['x_fcfs_ir']:.3f})",
+                )
+            )
     return rows
 
 
@@ -284,16 +298,22 @@ def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
         "",
         "CPU ms per step of everything the engine calls on the scheduler (add_request for "
         "arrivals, schedule, update_from_output), best of the repeats; x FCFS is the median "
-        "over the repeats of the policy's total over FCFS's in the same round.",
+        "over the repeats of the policy's total over FCFS's in the same round. The last two "
+        "columns (where counted) are callgrind's estimated cycles per step of the same work, "
+        "one pass each with a simulated clock: the same on every run of the same code, "
+        "however busy the machine.",
         "",
-        "| policy | waiting | schedule ms | update ms | add ms | total ms | x FCFS |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | waiting | schedule ms | update ms | add ms | total ms | x FCFS | "
+        "M est. cycles | x FCFS (cycles) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for o in overhead:
+        cycles = o.get("cycles_per_step")
         lines.append(
             f"| {o['policy']} | {o['waiting']:,} | {o['schedule_ms']:.3f} | "
             f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | {o['total_ms']:.3f} | "
-            f"{_fmt(o['x_fcfs'])} |"
+            f"{_fmt(o['x_fcfs'])} | {'-' if cycles is None else f'{cycles / 1e6:.2f}'} | "
+            f"{_fmt(o.get('x_fcfs_cycles'))} |"
         )
     lines.append("")
     return lines

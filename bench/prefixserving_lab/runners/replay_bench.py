@@ -25,6 +25,7 @@ from prefixserving_lab.models.cost import COST_MODELS, CostModel
 from prefixserving_lab.models.replay_engine import EngineShape
 from prefixserving_lab.models.schedulers.registry import scheduler_class
 from prefixserving_lab.reports import replay as report
+from prefixserving_lab.runners import callgrind
 from prefixserving_lab.runners import replay_overhead as overhead
 from prefixserving_lab.runners.replay import replay
 from prefixserving_lab.runners.replay_metrics import TTFT_SLO_FACTOR, summarize, ttft_slo_s
@@ -56,6 +57,8 @@ class BenchmarkSpec:
     cost_model_name: str = "default"
     loads: list[float] = field(default_factory=list)
     overhead_waiting: list[int] = field(default_factory=list)
+    # Count instructions and estimated cycles under callgrind at the goal's queue depth.
+    overhead_instructions: bool = True
     out_dir: Path = Path("bench/results")
     name: str = "replay"
     options: dict[str, Any] = field(default_factory=dict)
@@ -119,6 +122,28 @@ def _at_load(
     return workload, suite.role(name), load
 
 
+def _count_instructions(
+    rows: dict[str, dict[str, Any]],
+    waiting: int,
+    result: dict[str, Any],
+    echo: Callable[[str], None],
+) -> None:
+    """Add callgrind's per-step counts to the overhead ``rows`` at ``waiting`` (one counted
+    pass per policy), or a note saying why they could not be counted here."""
+    reason = callgrind.unavailable()
+    if reason:
+        result["notes"].append(f"Estimated cycles not counted: {reason}.")
+        echo(f"instruction counts skipped: {reason}")
+        return
+    for policy, counted in overhead.measure_instructions(list(rows), waiting).items():
+        rows[policy].update(counted)
+        echo(
+            f"counted  {waiting:>6} waiting {policy:>13}: "
+            f"{counted['cycles_per_step'] / 1e6:.2f} M est. cycles/step "
+            f"(x{counted['x_fcfs_cycles']:.3f} FCFS)"
+        )
+
+
 def _harness_notes(spec: BenchmarkSpec) -> list[str]:
     notes = [
         "Hit rate = cached prompt tokens at first admission / prompt tokens; every run's "
@@ -178,10 +203,13 @@ def run_benchmark(spec: BenchmarkSpec, echo: Callable[[str], None]) -> tuple[Pat
         result["goals"] = report.goals(result["workloads"], result["overhead"])
         paths = report.write(spec.out_dir, spec.name, result)
     for waiting in spec.overhead_waiting:
-        for policy, measured in overhead.measure(classes, waiting).items():
-            row = {"policy": policy, **measured}
+        measured = overhead.measure(classes, waiting)
+        rows = {policy: {"policy": policy, **m} for policy, m in measured.items()}
+        for policy, row in rows.items():
             result["overhead"].append(row)
             echo(f"overhead {waiting:>6} waiting {policy:>13}: {row['total_ms']:.3f} ms/step")
+        if waiting == report.OVERHEAD_WAITING and spec.overhead_instructions:
+            _count_instructions(rows, waiting, result, echo)
         result["goals"] = report.goals(result["workloads"], result["overhead"])
         paths = report.write(spec.out_dir, spec.name, result)
     over = report.over_budget(result["overhead"])

@@ -18,22 +18,34 @@ rounds of the two policies' totals in the same round (the rounds interleave the 
 load change on the machine reaches both sides of each ratio). :func:`profile` runs
 one pass (set-up included) under ``cProfile`` and returns the own time of the policy's code
 and its costliest functions, for the report when a policy misses its overhead goal.
+
+:func:`measure_instructions` is the deterministic twin of :func:`measure`: each policy runs one
+pass in a child process under callgrind (:mod:`.callgrind`), which counts the instructions and
+simulated cache misses of exactly the measured steps, with a simulated clock (``SIM_STEP_S``
+per step, so sibling holds do not depend on how slowly the pass runs) and a fixed hash seed.
+The same code gives the same counts on a busy machine; the CPU-time ratios above moved by tens
+of percent from round to round on this project's machines. The counts leave out branch
+prediction and the TLB, so they complement the CPU times rather than replace them.
 """
 
 from __future__ import annotations
 
 import cProfile
 import gc
+import os
 import pstats
 import statistics
+import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vllm.utils.gc_utils import freeze_gc_heap
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
-from prefixserving_lab.models.schedulers.registry import BASELINE
+from prefixserving_lab.models.schedulers.registry import BASELINE, scheduler_class
+from prefixserving_lab.runners import callgrind
 from prefixserving_lab.runners.replay import fabricate_output, request_factory
 from prefixserving_lab.workloads.segments import NS_QUESTION, NS_SYSTEM, ReplayRequest
 
@@ -43,6 +55,10 @@ QUESTION_TOKENS = 64
 OUTPUT_TOKENS = 16
 WARMUP_STEPS = 5
 ENGINE = EngineShape(num_blocks=8192, block_size=64, max_num_seqs=256)
+# Simulated seconds per step of the counted pass (about a decode step on one accelerator).
+SIM_STEP_S = 0.010
+# Measured steps of the counted pass: it runs about 50-100x slower than natively.
+COUNTED_STEPS = 10
 
 
 def measure(
@@ -118,13 +134,63 @@ def _short(filename: str) -> str:
     return filename
 
 
-def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[str, float]:
+def measure_instructions(
+    policies: Sequence[str], waiting: int, *, steps: int = COUNTED_STEPS
+) -> dict[str, dict[str, Any]]:
+    """Instructions and estimated cycles per measured step of each policy, counted by callgrind
+    (module docstring; one child process per policy), and each one's estimated cycles over the
+    baseline's. ``policies`` must hold the baseline. Raises RuntimeError when callgrind cannot
+    run here (:func:`callgrind.unavailable` says why)."""
+    if BASELINE not in policies:
+        raise ValueError(f"the instruction counts need the {BASELINE} baseline among the policies")
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    counts = {
+        policy: callgrind.count(
+            [sys.executable, "-m", __name__, policy, str(waiting), str(steps)], env
+        )
+        for policy in policies
+    }
+    base = counts[BASELINE].estimated_cycles
+    return {
+        policy: {
+            "ir_per_step": round(c.ir / steps),
+            "cycles_per_step": round(c.estimated_cycles / steps),
+            "x_fcfs_cycles": round(c.estimated_cycles / base, 4),
+            "x_fcfs_ir": round(c.ir / counts[BASELINE].ir, 4),
+        }
+        for policy, c in counts.items()
+    }
+
+
+def _simulated_clock(step_s: float) -> tuple[Callable[[], float], Callable[[], None]]:
+    """A clock reading and the call that advances it by ``step_s``."""
+    now = [0.0]
+
+    def advance() -> None:
+        now[0] += step_s
+
+    return (lambda: now[0]), advance
+
+
+def _one_pass(
+    scheduler_cls: type[Scheduler],
+    waiting: int,
+    steps: int,
+    *,
+    sim_step_s: float | None = None,
+    markers: callgrind.Markers | None = None,
+) -> dict[str, float]:
+    """One pass (module docstring). ``sim_step_s``: time sibling holds with a simulated clock
+    that advances this much per step instead of ``time.monotonic``; ``markers``: callgrind's
+    markers (instrument before the warm-up, collect over the measured steps)."""
     scheduler = build_scheduler(scheduler_cls, ENGINE)
     # As vLLM's engine core does after start-up: collect, then keep the start-up heap out of
     # later collections. Earlier passes' garbage is collected here, not in this pass's steps.
     freeze_gc_heap()
+    clock, advance = (time.monotonic, None) if sim_step_s is None else _simulated_clock(sim_step_s)
     if hasattr(scheduler, "use_clock"):
-        scheduler.use_clock(time.monotonic)
+        scheduler.use_clock(clock)
+    marks = markers or callgrind.Markers(None)
     make = request_factory(ENGINE)
     counter = 0
 
@@ -137,8 +203,13 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
 
     top_up()
     totals = {"schedule_ms": 0.0, "update_ms": 0.0, "add_ms": 0.0}
+    marks.instrument()
     for step in range(WARMUP_STEPS + steps):
         measured = step >= WARMUP_STEPS
+        if step == WARMUP_STEPS:
+            marks.start()
+        if advance is not None:
+            advance()
         t0 = time.process_time()
         output = scheduler.schedule()
         t1 = time.process_time()
@@ -150,6 +221,7 @@ def _one_pass(scheduler_cls: type[Scheduler], waiting: int, steps: int) -> dict[
             totals["schedule_ms"] += 1000 * (t1 - t0)
             totals["update_ms"] += 1000 * (t2 - t1)
             totals["add_ms"] += 1000 * (t3 - t2)
+    marks.stop()
     gc.unfreeze()
     per_step = {k: v / steps for k, v in totals.items()}
     per_step["total_ms"] = sum(per_step.values())
@@ -165,3 +237,20 @@ def _request(i: int) -> ReplayRequest:
         output_tokens=OUTPUT_TOKENS,
         shares_prefix=True,
     )
+
+
+def _counted_pass(argv: Sequence[str]) -> None:
+    """``python -m prefixserving_lab.runners.replay_overhead POLICY WAITING STEPS``: the pass
+    :func:`measure_instructions` counts, under callgrind's markers."""
+    policy, waiting, steps = argv
+    _one_pass(
+        scheduler_class(policy),
+        int(waiting),
+        int(steps),
+        sim_step_s=SIM_STEP_S,
+        markers=callgrind.markers(),
+    )
+
+
+if __name__ == "__main__":
+    _counted_pass(sys.argv[1:])

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from prefixserving.cli import main
-from prefixserving_lab.runners import callgrind, replay_overhead
+from prefixserving_lab.runners import callgrind
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -173,6 +173,8 @@ def test_bench_replay_standard_suite_smoke(tmp_path: Path) -> None:
 def test_replay_overhead_counts_the_measured_steps_under_callgrind() -> None:
     """The deterministic overhead column: each policy's counted pass runs in its own process
     under callgrind (imports vLLM there), and the ratios are against FCFS's count."""
+    from prefixserving_lab.runners import replay_overhead  # imports vLLM
+
     counted = replay_overhead.measure_instructions(["fcfs", "peek"], 50, steps=2)
     assert counted["fcfs"]["x_fcfs_cycles"] == 1.0 and counted["fcfs"]["x_fcfs_ir"] == 1.0
     for row in counted.values():

@@ -1,4 +1,4 @@
-"""Callgrind counts of a marked region: parsing, the cycle model, and real runs that repeat."""
+"""Callgrind counts of a marked region: parsing, the cycle model, and real runs that agree."""
 
 from __future__ import annotations
 
@@ -72,13 +72,17 @@ PROGRAM = textwrap.dedent(
 
 @pytest.mark.slow  # starts valgrind
 @pytest.mark.skipif(callgrind.unavailable() is not None, reason=str(callgrind.unavailable()))
-def test_a_marked_region_counts_the_same_on_every_run(tmp_path: Path) -> None:
+def test_a_marked_region_counts_about_the_same_on_every_run(tmp_path: Path) -> None:
     program = tmp_path / "work.py"
     program.write_text(PROGRAM)
     env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
     small, again = (callgrind.count([sys.executable, str(program), "20000"], env) for _ in "ab")
     large = callgrind.count([sys.executable, str(program), "40000"], env)
-    assert small == again  # the markers are client requests: exact to the instruction
+    # The region's edges are exact (client requests), but what ran before it leaves the allocator
+    # in a slightly different state (a fresh clone's first run writes the bytecode caches the
+    # next one reads): 30 instructions of 12.3 M apart was seen.
+    assert abs(again.ir - small.ir) <= 1e-4 * small.ir
+    assert abs(again.estimated_cycles - small.estimated_cycles) <= 1e-3 * small.estimated_cycles
     # Twice the loop, about twice the count: the region holds the loop and nothing else.
     assert 1.9 < large.ir / small.ir < 2.1
     assert large.estimated_cycles > large.ir

@@ -3,8 +3,9 @@
 CPU-time ratios on a shared or virtual machine move by tens of percent between rounds of the
 same code (the scheduler-overhead table read 0.93x to 1.45x for one pair of schedulers in
 successive rounds). Valgrind's callgrind counts the instructions a process executes and
-simulates its caches, so the same code on the same input gives the same counts whatever else the
-machine runs.
+simulates its caches, so the same code on the same input gives nearly the same counts whatever
+else the machine runs: a small region repeated within 0.01% (what ran before it leaves the
+allocator in a slightly different state), the replay benchmark's scheduler steps within 0.2%.
 
 **How**
 1. :func:`count` runs a command under ``valgrind --tool=callgrind --cache-sim=yes`` with

@@ -45,6 +45,8 @@ from pathlib import Path
 # Environment variable through which :func:`count` tells the measured process where the marker
 # library is; :func:`markers` returns no-ops when it is unset (the process runs natively).
 LIBRARY_ENV = "PREFIXSERVING_CALLGRIND_MARKERS"
+# Callgrind's client-request macros, which the marker library is built from.
+HEADER = Path("/usr/include/valgrind/callgrind.h")
 # Simulated caches (size, associativity, line size): a common x86 server core's L1s and a
 # modest last-level share. Fixed so that counts do not depend on the host.
 CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64")
@@ -147,8 +149,8 @@ def unavailable() -> str | None:
     for tool in ("valgrind", "cc"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (Debian: apt-get install valgrind gcc)"
-    if not _header().is_file():
-        return f"{_header()} is missing (Debian: apt-get install valgrind)"
+    if not HEADER.is_file():
+        return f"{HEADER} is missing (Debian: apt-get install valgrind)"
     return None
 
 
@@ -179,10 +181,6 @@ def count(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Counts:
                 + (done.stderr or done.stdout)[-2000:]
             )
         return Counts.from_output(out.read_text())
-
-
-def _header() -> Path:
-    return Path("/usr/include/valgrind/callgrind.h")
 
 
 def _library() -> Path:

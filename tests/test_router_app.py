@@ -11,6 +11,9 @@ import pytest
 from prefixserving import constants
 from prefixserving.router.app import RouterConfig
 from prefixserving.router.exposition import LatencyHistogram
+from prefixserving.router.policies.base import RoutingContext, route
+from prefixserving.router.policies.registry import make_policy
+from prefixserving.router.prefix_hashing import completion_key
 from prefixserving_lab.testing import wait_for_async
 from router_support import completion, fake_engines, metric_value, running_router
 
@@ -236,6 +239,45 @@ async def test_hot_prefix_endpoint() -> None:
         assert_openai_error(await r.client.get(path, params=alone), 400, "replaces")
         assert_openai_error(await r.client.get(path, params={"limit": 0}), 400, "limit")
         assert_openai_error(await r.client.get(path, params={"limit": "x"}), 400, "limit")
+
+
+async def test_routing_and_hot_prefixes_rank_by_the_pools_identities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two engines that report each other's URL as their identity swap places in every
+    rendezvous ranking: the request goes where a policy given those identities sends it, not
+    where the URLs alone would, and the hot prefixes a member owns follow the same ranking."""
+    policy = "prefix-affinity"
+    async with (
+        fake_engines(2) as engines,
+        running_router([u for _, u in engines], policy=make_policy(policy)) as r,
+    ):
+        urls = tuple(sorted(u for _, u in engines))
+        swapped = {urls[0]: urls[1], urls[1]: urls[0]}
+        monkeypatch.setattr(r.router.pool, "identities", lambda: swapped)
+        body = completion("A long shared instruction block. " * 20)
+        blocks = completion_key(body, r.router.key_config).blocks
+        loads = r.router.pool.loads()
+
+        def chosen(identities: dict[str, str]) -> str:
+            context = RoutingContext(blocks, urls, loads, {}, identities=identities)
+            return route(make_policy(policy), context).backend
+
+        expected, by_url = chosen(swapped), chosen({})
+        assert expected != by_url
+        name = {u: e.name for e, u in engines}
+        answer = await r.client.post("/v1/completions", json=body)
+        assert answer.json()["backend"] == name[expected]
+        for _ in range(3):  # make the prefix hot
+            assert (await r.client.post("/v1/completions", json=body)).status_code == 200
+        path = constants.ROUTER_HOT_PREFIXES_PATH
+        owners = [
+            url
+            for url in urls
+            if (await r.client.get(path, params={"member": url})).json()["prefixes"]
+        ]
+        by_url_owners = [u for u in urls if r.router.hot.owned_by(u, urls, r.router.policy, 5)]
+        assert len(owners) == 1 and by_url_owners == [swapped[owners[0]]]
 
 
 async def test_hygiene_endpoint_and_metric_flag_a_leading_timestamp() -> None:

@@ -1,10 +1,19 @@
-"""Backends: load parsing, passive ejection and probing back in, DNS discovery."""
+"""Backends: load parsing, passive ejection and probing back in, DNS discovery, routing
+identities."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+
 import aiohttp
 import pytest
+from aiohttp import web
 
+from prefixserving import constants
 from prefixserving.router.backends import (
     BackendPool,
     PoolConfig,
@@ -13,6 +22,7 @@ from prefixserving.router.backends import (
     system_resolver,
 )
 from prefixserving_lab.runners.fake_engine import FakeEngine, fake_engine_config, serving
+from prefixserving_lab.runners.stack.processes import free_port
 from prefixserving_lab.testing import wait_for_async
 from router_support import completion, fake_engines, metric_value, running_router
 
@@ -182,3 +192,142 @@ async def test_system_resolver_and_missing_names() -> None:
     assert "127.0.0.1" in await system_resolver("localhost", 80)
     with pytest.raises(LookupError):
         await system_resolver("no-such-name.invalid", 80)
+
+
+# Routing identities ---------------------------------------------------------------------------
+
+
+HANG = (0, "")
+"""A sidecar answer that comes after the pool's timeout."""
+
+
+def says(identity: str | None) -> tuple[int, str]:
+    """A sidecar's ``200`` answer carrying ``identity``."""
+    return 200, json.dumps({"identity": identity})
+
+
+def engine_at(host: str) -> str:
+    """The backend URL of an engine at ``host`` (its port is never asked here)."""
+    return backend_url(host, 1)
+
+
+class Sidecars:
+    """Warm-up sidecars answering ``GET /identity`` on one port at several loopback addresses:
+    ``answers[host]`` is ``(status, body)`` (:data:`HANG`: a late answer), changeable while
+    they serve; ``asked[host]`` counts the requests each received."""
+
+    def __init__(self, answers: dict[str, tuple[int, str]]) -> None:
+        self.answers = answers
+        self.asked: Counter[str] = Counter()
+        self.port = free_port()
+
+    async def identity(self, request: web.Request) -> web.Response:
+        host = request.url.host or ""
+        self.asked[host] += 1
+        status, body = self.answers[host]
+        if (status, body) == HANG:
+            await asyncio.sleep(0.5)
+            status = 503
+        return web.Response(status=status, text=body, content_type="application/json")
+
+
+@contextlib.asynccontextmanager
+async def sidecars(answers: dict[str, tuple[int, str]]) -> AsyncIterator[Sidecars]:
+    """:class:`Sidecars` serving at every host of ``answers`` in this event loop."""
+    served = Sidecars(answers)
+    app = web.Application()
+    app.router.add_get(constants.WARMUP_IDENTITY_PATH, served.identity)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        for host in answers:
+            await web.TCPSite(runner, host, served.port).start()
+        yield served
+    finally:
+        await runner.cleanup()
+
+
+async def test_identities_are_learned_once_and_asked_again_until_answered() -> None:
+    answers = {
+        "127.0.0.2": says("pod-a"),
+        "127.0.0.3": (503, ""),  # not resolved yet
+        "127.0.0.4": says(None),
+        "127.0.0.5": says(""),
+        "127.0.0.6": (200, "not json"),
+        "127.0.0.7": (200, '["pod-g"]'),
+        "127.0.0.8": (404, ""),
+        "127.0.0.9": HANG,
+    }
+    refused = "127.0.0.10"  # no sidecar listens there
+    async with sidecars(answers) as side, aiohttp.ClientSession() as session:
+        config = PoolConfig(identity_port=side.port, scrape_timeout_s=0.3)
+        pool = BackendPool(static=[engine_at(h) for h in [*answers, refused]], config=config)
+        assert pool.identities() == {}
+        await pool.refresh(session)
+        assert pool.identities() == {engine_at("127.0.0.2"): "pod-a"}
+        await pool.refresh(session)
+        assert pool.identities() == {engine_at("127.0.0.2"): "pod-a"}
+        assert side.asked == {host: 1 if host == "127.0.0.2" else 2 for host in answers}
+        answers["127.0.0.3"] = says("pod-old")  # its sidecar resolved it
+        await pool.refresh(session)
+        assert pool.identities() == {
+            engine_at("127.0.0.2"): "pod-a",
+            engine_at("127.0.0.3"): "pod-old",
+        }
+        # An engine is never ejected for its sidecar's answers.
+        assert pool.healthy() == tuple(sorted(engine_at(h) for h in [*answers, refused]))
+
+
+async def test_an_identity_is_forgotten_when_its_url_leaves() -> None:
+    records = ["127.0.0.2"]
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return records
+
+    answers = {"127.0.0.2": says("pod-a"), "127.0.0.3": says("pod-b")}
+    async with sidecars(answers) as side, aiohttp.ClientSession() as session:
+        pool = BackendPool(
+            dns=("engines.test", 1), resolver=resolver, config=PoolConfig(identity_port=side.port)
+        )
+        await pool.refresh(session)
+        before = pool.identities()
+        assert before == {engine_at("127.0.0.2"): "pod-a"}
+        records[:] = ["127.0.0.3"]  # pod-a is gone
+        await pool.refresh(session)
+        assert pool.identities() == {engine_at("127.0.0.3"): "pod-b"}
+        assert before == {engine_at("127.0.0.2"): "pod-a"}  # replaced, not changed
+        answers["127.0.0.2"] = says("pod-c")  # a later pod got pod-a's address
+        records[:] = ["127.0.0.2", "127.0.0.3"]
+        await pool.refresh(session)
+        assert pool.identities() == {
+            engine_at("127.0.0.2"): "pod-c",
+            engine_at("127.0.0.3"): "pod-b",
+        }
+        assert side.asked == {"127.0.0.2": 2, "127.0.0.3": 1}
+
+
+async def test_the_refresh_loop_asks_a_static_list_too() -> None:
+    answers = {"127.0.0.2": (503, "")}
+    async with sidecars(answers) as side, aiohttp.ClientSession() as session:
+        config = PoolConfig(scrape_interval_s=0.02, dns_interval_s=0.05, identity_port=side.port)
+        pool = BackendPool(static=[engine_at("127.0.0.2")], config=config)
+        loop = asyncio.create_task(pool.run(session))
+        try:
+            await wait_for_async(lambda: side.asked["127.0.0.2"] >= 2, what="two questions")
+            answers["127.0.0.2"] = says("pod-a")
+            await wait_for_async(
+                lambda: pool.identities() == {engine_at("127.0.0.2"): "pod-a"},
+                what="the identity learned",
+            )
+        finally:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+
+
+async def test_without_an_identity_port_nothing_is_asked() -> None:
+    async with sidecars({"127.0.0.2": says("pod-a")}) as side, aiohttp.ClientSession() as session:
+        pool = BackendPool(static=[engine_at("127.0.0.2")])
+        await pool.refresh(session)
+        await pool.refresh_identities(session)
+        assert pool.identities() == {} and not side.asked

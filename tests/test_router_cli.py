@@ -22,7 +22,7 @@ from support.processes import wait_for_answer
 FLAGS = (
     "--host", "--port", "--backend", "--dns", "--policy", "--load-bound", "--prefix-blocks",
     "--block-chars", "--model", "--max-body-bytes", "--scrape-interval-s", "--log-format",
-    "--workers",
+    "--workers", "--identity-port",
 )  # fmt: skip
 
 
@@ -44,6 +44,7 @@ def test_help_lists_every_flag() -> None:
         (["--backend", "https://a:1"], "http://HOST:PORT"),
         (["--backend", "http://a:1", "--load-bound", "0.5"], "load_bound"),
         (["--backend", "http://a:1", "--policy", "random"], "random"),
+        (["--backend", "http://a:1", "--identity-port", "0"], "--identity-port"),
     ],
 )
 def test_usage_errors(args: list[str], message: str) -> None:
@@ -150,3 +151,15 @@ def test_prefix_blocks_also_sets_the_policys_key_depth() -> None:
     policy = app.router.policy
     assert policy.selector.params.max_depth_blocks == 48
     assert app.router.key_config.prefix_blocks == 48
+
+
+@pytest.mark.parametrize(("args", "port"), [([], None), (["--identity-port", "8090"], 8090)])
+def test_identity_port_reaches_the_pool(args: list[str], port: int | None) -> None:
+    """``--identity-port`` makes the pool ask the engines' warm-up sidecars on that port."""
+    from prefixserving.router.cli import RouterSettings, build_router, router
+
+    context = router.make_context("router", ["--backend", "http://127.0.0.1:1", *args])
+    fields = RouterSettings.__dataclass_fields__
+    settings = RouterSettings(**{k: v for k, v in context.params.items() if k in fields})
+    assert settings.identity_port == port
+    assert build_router(settings).pool.config.identity_port == port

@@ -17,6 +17,7 @@ from tests.warmup_support import UsageEngine
 
 from prefixserving.router.policies.prefix_affinity import PrefixAffinityPolicy
 from prefixserving.warmup.events import build_event, emit_timeout_event, pod_identity
+from prefixserving.warmup.handover import Handover
 from prefixserving.warmup.runner import WarmupConfig, run_warmup
 from prefixserving.warmup.server import build_app
 from prefixserving.warmup.state import WarmupState
@@ -208,17 +209,19 @@ async def test_with_a_handover_the_replaced_engines_share_is_replayed_too(
         running_router([a_url, b_url], policy=policy) as router,
     ):
 
-        def claimed(env: object, selector: str) -> str:
+        def claimed(env: object, selector: str) -> Handover:
             asked.append(selector)
-            return a_url
+            return Handover(a_url, "engine-a")
 
-        monkeypatch.setattr("prefixserving.warmup.runner.find_replaced", claimed)
+        monkeypatch.setattr("prefixserving.warmup.runner.resolve_handover", claimed)
         await _send_documents(router.client)
         joined = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32)
         handed = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32, replaces=a_url)
         config = _from_router(new_url, router.url, handover_selector="app=engine")
-        await run_warmup(config, WarmupState())
+        state = WarmupState()
+        await run_warmup(config, state)
     assert asked == ["app=engine"]
+    assert state.identity == "engine-a", "it serves the replaced pod's routing identity"
     assert len(handed) > len(joined), "the replaced engine's keys move, some to the new one"
     assert sorted(b["prompt"] for _, b in new.received) == sorted(r.body["prompt"] for r in handed)
 

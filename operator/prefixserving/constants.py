@@ -59,6 +59,8 @@ KV_EVENTS_TOPIC: Final = "kv-events"
 KV_EVENTS_HASH_ALGO: Final = "sha256_cbor"
 KV_EVENTS_HASH_SEED: Final = "vllm-none-hash"
 WARMUP_PORT: Final = 8090
+# Where the warm-up sidecar serves its pod's routing identity, on WARMUP_PORT (the router asks).
+WARMUP_IDENTITY_PATH: Final = "/identity"
 OPERATOR_HEALTH_PORT: Final = 8081
 
 # The router's prefix key: blocks of this many characters (a quarter as many token ids), this

@@ -184,6 +184,8 @@ class ClusterSim:
         self._outcomes: dict[int, Outcome] = {}
         self._routes: dict[int, tuple[int, int, Decision]] = {}
         self._ticks: list[Tick] = []
+        self.identities: dict[str, str] = {}
+        """Routing identity per replica (``RoutingContext.identities``); none: its name."""
         self._kv = (
             KvEventIndex(lambda: self.now, self.config.kv_event_lag_s)
             if self.config.kv_events
@@ -200,10 +202,15 @@ class ClusterSim:
         ready_delay_s: float = 0.0,
         warm: Sequence[tuple[int, ...]] = (),
         service: ServiceModel | None = None,
+        identity: str | None = None,
     ) -> None:
         """Start replica ``name`` at ``at_s`` (default: now); it takes traffic
-        ``ready_delay_s`` later. ``warm``: chained block keys to pre-load into its cache."""
+        ``ready_delay_s`` later. ``warm``: chained block keys to pre-load into its cache.
+        ``identity``: the routing identity its warm-up sidecar reports (the routers rank it by
+        that, from its first request)."""
         model = service or self.config.service
+        if identity is not None:
+            self.identities[name] = identity
         self._push(self._at(at_s), _Kind.MEMBERSHIP, ("add", name, ready_delay_s, warm, model))
 
     def remove_replica(self, name: str, *, at_s: float | None = None) -> None:
@@ -347,7 +354,8 @@ class ClusterSim:
             )
             for b in backends
         }
-        ctx = RoutingContext(job.blocks, backends, loads, self.cached(job.blocks, backends))
+        cached = self.cached(job.blocks, backends)
+        ctx = RoutingContext(job.blocks, backends, loads, cached, self.identities)
         decision = policy.select(ctx)
         if decision.backend not in backends:
             raise ValueError(f"policy {policy.name} chose {decision.backend}, not a Ready replica")

@@ -17,6 +17,11 @@ engine events the routers send the prefixes it held to whichever pod holds them)
 is filled with them, and warming lasts the prefill of their distinct blocks
 (``ServiceModel.prefill_s`` per prefix, one at a time) plus ``warmup_overhead_s``.
 
+**Routing identities**: every pod reports one (its name; with warm-up, a pod started to
+replace another inherits that pod's, as the sidecar's handover does), and the routers rank
+pods by them (``ClusterSim.identities``), so a successor takes its predecessor's place in
+every ranking.
+
 **Removal** (:meth:`Fleet.scale_to`): loading pods go first, then the most recently started
 (as a ReplicaSet picks pods to delete).
 
@@ -92,6 +97,7 @@ class _Pod:
     engine_up_s: float
     in_sim: bool = False
     replaces: str | None = None
+    identity: str = ""
 
 
 @dataclass
@@ -122,14 +128,18 @@ class Fleet:
         """The fleet before the run: ``replicas`` pods, Ready at time 0 with empty caches."""
         for _ in range(replicas):
             name = f"{self.prefix}-{next(self._names)}"
-            self.pods[name] = _Pod(name, 0.0, 0.0, in_sim=True)
-            sim.add_replica(name, at_s=0.0)
+            self.pods[name] = _Pod(name, 0.0, 0.0, in_sim=True, identity=name)
+            sim.add_replica(name, at_s=0.0, identity=name)
 
     def start(self, now_s: float, replaces: str | None = None) -> str:
         """Start one pod; its engine is up ``load_s`` later. ``replaces``: the pod it is to
-        replace in a rolling update (its warm-up takes that pod's share over)."""
+        replace in a rolling update (its warm-up takes that pod's share over, and it inherits
+        that pod's routing identity)."""
         name = f"{self.prefix}-{next(self._names)}"
-        self.pods[name] = _Pod(name, now_s, now_s + self.lifecycle.load_s, replaces=replaces)
+        handover = self.lifecycle.warmup and replaces in self.pods  # the sidecar does it
+        identity = self.pods[replaces].identity if handover else name
+        up_s = now_s + self.lifecycle.load_s
+        self.pods[name] = _Pod(name, now_s, up_s, replaces=replaces, identity=identity)
         self.started.append(name)
         return name
 
@@ -165,7 +175,7 @@ class Fleet:
     def _bring_up(self, sim: ClusterSim, pod: _Pod) -> None:
         pod.in_sim = True
         if not self.lifecycle.warmup or self.hot is None:
-            sim.add_replica(pod.name)
+            sim.add_replica(pod.name, identity=pod.identity)
             return
         chains = self.owned_prefixes(sim, pod.name, pod.replaces)
         seen: set[int] = set()
@@ -174,20 +184,24 @@ class Fleet:
             new = [b for b in chain if b not in seen]
             seen.update(new)
             warm_s += self.service.prefill_s(len(new) * self.service.block_tokens)
-        sim.add_replica(pod.name, ready_delay_s=warm_s, warm=chains)
+        sim.add_replica(pod.name, ready_delay_s=warm_s, warm=chains, identity=pod.identity)
 
     def owned_prefixes(
         self, sim: ClusterSim, member: str, replaces: str | None = None
     ) -> list[tuple[int, ...]]:
         """The hot prefixes ``member`` owns once it joins the Ready pods and, with
-        ``replaces``, takes over that pod's cache (``policies.base.home_after_join``), chosen
-        as the router's hot-prefix endpoint chooses them (``router.hot.choose_prefixes``)."""
+        ``replaces``, takes over that pod's cache and routing identity
+        (``policies.base.home_after_join``), chosen as the router's hot-prefix endpoint
+        chooses them (``router.hot.choose_prefixes``)."""
         assert self.hot is not None
         backends = sim.ready_backends()
 
         def owned(chain: tuple[int, ...]) -> bool:
             cached = sim.cached(chain, backends)
-            return home_after_join(self.policy, chain, backends, member, replaces, cached) == member
+            after = home_after_join(
+                self.policy, chain, backends, member, replaces, cached, sim.identities
+            )
+            return after == member
 
         return choose_prefixes(
             self.hot.hot(sim.now), lambda c: c, self.lifecycle.hot_prefixes, owned

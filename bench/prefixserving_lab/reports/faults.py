@@ -50,7 +50,8 @@ def render_markdown(runs: Mapping[str, Sequence[FaultSeries]], meta: Mapping[str
         f" {setup['fault_s']:.0f} s: router-restart (router 0 loses its state), engines-out"
         f" ({setup['engines_out']} pods removed, the Deployment scaled back"
         f" {setup['out_for_s']:.0f} s later), rolling-update (surge 1, unavailable 0; each new"
-        " pod warms what the pod it replaces holds: the warm-up handover) and"
+        " pod warms what the pod it replaces holds and takes its routing identity: the warm-up"
+        " handover) and"
         " rolling-update-no-handover (the same with `spec.warmup.handover: false`).",
         f"Goal: after the fault, the hit rate of no run of {setup['bucket_s']:.0f} s buckets"
         f" stays below {_pct(DIP_RATIO)} of the steady run's (same requests, no fault) for"
@@ -105,19 +106,22 @@ NOTES = [
     " prefixes they own, not every conversation. Peers that remember placements keep"
     " conversations where they are and move only the removed engines' ones.",
     "- A rolling update replaces every pod in turn (a pod's load time plus warm-up per step,"
-    " so it can outlast the trace): for prefix-affinity each step moves the old pod's keys"
+    " so it can outlast the trace). Without the handover each step moves the old pod's keys"
     " and the new pod's share of everyone's, about 2/N of the keys, so the dip repeats for"
-    " the whole rollout.",
+    " the whole rollout. With it the new pod inherits the old pod's routing identity and"
+    " takes exactly its place in every ranking: 1/N of the keys move, all to a pod that"
+    " replayed the old pod's hot prefixes.",
     "- With engine events (prefix_affinity_events), a request whose prefix one engine holds"
     " beyond the others goes there, so keys that a join or a removal moves in the ranking stay"
     " where they are cached, and a new pod takes only new conversations. What is lost is what"
     " the removed pods held.",
     "- The warm-up handover (rolling-update against rolling-update-no-handover): each new pod"
     " also replays the hot prefixes of the pod it replaces (`replaces` of the router's"
-    " hot-prefix endpoint). With engine events the routers then send that traffic to the new"
-    " pod, which holds it. Without events the replaced pod's keys go to their next choice in"
-    " the ranking, spread over every pod, so the new pod warms only the share of them it"
-    " ranks first for. Peers run the same warm-up and handover here (the sidecar is this"
-    " project's), with their own policy deciding which prefixes a new pod owns.",
+    " hot-prefix endpoint) and inherits its routing identity (the router's `--identity-port`)."
+    " The rendezvous policies (prefix-affinity, two-choice) rank by identities, so they send"
+    " the replaced pod's keys to the new pod, with or without engine events; without the"
+    " handover those keys go to their next choice in the ranking, spread over every pod."
+    " Peers run the same warm-up and handover here (the sidecar is this project's), with"
+    " their own policy deciding which prefixes a new pod owns; they have no identities.",
     "",
 ]

@@ -646,9 +646,10 @@ class WarmupSpec(ApiModel):
     handover: bool = Field(
         default=True,
         description=(
-            "In a rolling update, a new pod also replays the cache of the old pod it replaces"
-            " and marks that pod to be deleted next (pod-deletion-cost); the sidecar's Role then"
-            " grants list and patch on pods."
+            "In a rolling update, a new pod also replays the cache of the old pod it replaces,"
+            " takes its routing identity (the router ranks it in that pod's place) and marks"
+            " that pod to be deleted next (pod-deletion-cost); the sidecar's Role then grants"
+            " list and patch on pods."
         ),
     )
 

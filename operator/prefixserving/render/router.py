@@ -33,6 +33,16 @@ def no_engine_hold_s(router: RouterSpec, auto: EffectiveAutoscaling) -> int:
     return defaults.ROUTER_NO_ENGINE_HOLD_S if scales_to_zero else 0
 
 
+def identity_args(spec: PrefixServingSpec) -> list[str]:
+    """``--identity-port`` (the warm-up sidecar's port) when the engine pods run the warm-up
+    with ``handover``: their sidecars then report each pod's routing identity, which a
+    replacing pod inherits from the pod it replaces, and the router ranks by it. Empty
+    otherwise (the router ranks every engine by its address)."""
+    if not (spec.warmup.enabled and spec.warmup.handover):
+        return []
+    return ["--identity-port", str(constants.WARMUP_PORT)]
+
+
 def kv_events_pod(spec: PrefixServingSpec) -> dict[str, Any]:
     """With ``router.kvEvents.enabled``: the router's KV event arguments (the engines' ports,
     block size, tokenizer and its Hub revision), and the environment and volumes that give it
@@ -87,6 +97,7 @@ def router_context(resource: PrefixServing, auto: EffectiveAutoscaling) -> dict[
     ]
     kv_events = kv_events_pod(spec)
     args += kv_events["args"]
+    args += identity_args(spec)
     hold_s = no_engine_hold_s(router, auto)
     if hold_s:
         args += ["--no-engine-hold-seconds", str(hold_s)]

@@ -19,7 +19,9 @@ Routes (exact paths, one dict lookup; ``GET`` routes also answer ``HEAD``):
 - ``GET /v1/prefixserving/hot-prefixes``: see ``router.hot``.
 - ``GET /v1/prefixserving/hygiene``: per-model new-first-block ratio, cause and hint.
 
-The lifespan starts the pool's discovery and scrape loop and closes the HTTP clients.
+The lifespan runs one discovery refresh (the members and, with an identity port, their routing
+identities: ``router.backends``) before the app takes requests, starts the pool's discovery and
+scrape loop and closes the HTTP clients at the end.
 
 No web framework sits on the request path: a routed request is read straight from the ASGI
 ``receive`` and answered by a :class:`~prefixserving.router.proxy.Exchange`. starlette's
@@ -166,7 +168,7 @@ class Router:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
         )
-        await self.pool.refresh_members()
+        await self.pool.refresh(scrape_session)
         if self.kv_subscriptions is not None:
             self.kv_subscriptions.follow(self.pool.members)
             self.pool.on_members_change = self.kv_subscriptions.follow
@@ -216,8 +218,9 @@ class Router:
         record ``key`` (None: a request without one) for prefix hygiene and hot prefixes, then
         let the policy decide among ``backends`` with the scraped loads (and, when the router
         follows the engines' KV cache events, their cached depth for ``body``) and count the
-        decision. None when ``backends`` is empty. Cost: one ``policies.base.route`` (plus one
-        ``kv_events.lookup`` when following events)."""
+        decision. The policy ranks each backend by its routing identity where the pool knows
+        one (``router.backends``). None when ``backends`` is empty. Cost: one
+        ``policies.base.route`` (plus one ``kv_events.lookup`` when following events)."""
         engine_keys = () if self.cached_blocks is None else self.cached_blocks.keys(body)
         if key is not None:
             self.hygiene.observe(key)
@@ -228,7 +231,9 @@ class Router:
         cached = (
             {} if self.cached_blocks is None else self.cached_blocks.depths(engine_keys, backends)
         )
-        context = RoutingContext(blocks, backends, self.pool.loads(), cached)
+        context = RoutingContext(
+            blocks, backends, self.pool.loads(), cached, identities=self.pool.identities()
+        )
         decision = route(self.policy, context)
         self.metrics.decisions.inc(self.policy.name, decision.reason.value)
         return decision
@@ -307,7 +312,13 @@ class Router:
         if member is not None:
             depths = None if self.cached_blocks is None else self.cached_blocks.depths
             rows = self.hot.owned_by(
-                member, backends, self.policy, limit, replaces=replaces, cached=depths
+                member,
+                backends,
+                self.policy,
+                limit,
+                replaces=replaces,
+                cached=depths,
+                identities=self.pool.identities(),
             )
         else:
             rows = self.hot.top(limit)

@@ -24,8 +24,26 @@ that answers (scale from zero: an engine that starts behind a fixed ``--backend`
 within one scrape interval, not at the end of a 30 s backoff). Such an early probe that fails
 leaves the ejection as it was.
 
+**Identity** (with ``PoolConfig.identity_port``, the engine pods' warm-up sidecar port): at
+each discovery refresh (every ``dns_interval_s``, for a static list too) each member without
+a known routing identity is asked ``GET http://HOST:IDENTITY_PORT/identity`` (timeout
+``scrape_timeout_s``). ``200 {"identity": "<name>"}`` with a non-empty string is remembered for
+that URL; anything else (``{"identity": null}``, ``503`` while the sidecar has not resolved it,
+another status, a body that is not that JSON, a connection error or a timeout) leaves the URL
+without one, and it is asked again at the next refresh. A URL's identity is forgotten when the
+URL leaves the members (a later pod may get the same IP). :meth:`BackendPool.identities` gives
+them to the policies (``RoutingContext.identities``), which rank a backend by its identity
+(its URL without one): a pod that replaced another in a rolling update reports that pod's
+identity and takes its place in every ranking, so no other key moves. Until a router has
+asked, it ranks a new pod by its URL, so router replicas may disagree on that pod's keys for
+at most about one refresh interval (plus the request's timeout) after it joins, provided its
+sidecar has resolved its identity by then (the pod is in DNS only once Ready, after its
+warm-up). Without ``identity_port`` nothing is asked and every backend is ranked by its URL.
+
 **Cost**: one request per backend per scrape interval; parsing reads the exposition line by
-line, looks only at ``vllm:`` lines and parses the values of the three series only.
+line, looks only at ``vllm:`` lines and parses the values of the three series only. Identity:
+one request per new backend (more only while its sidecar does not answer one); the identities
+are copied only when one is learned or forgotten, never per routing decision.
 """
 
 from __future__ import annotations
@@ -40,6 +58,7 @@ from typing import NamedTuple
 
 import aiohttp
 
+from prefixserving import constants
 from prefixserving.router.policies.base import BackendLoad
 from prefixserving.router.upstream import backend_address
 
@@ -117,7 +136,8 @@ class BackendState:
 
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
-    """Discovery, scraping and ejection settings (see the module docstring)."""
+    """Discovery, scraping, ejection and identity settings (see the module docstring;
+    ``identity_port`` None: no identities)."""
 
     scrape_interval_s: float = 1.0
     scrape_timeout_s: float = 0.8
@@ -125,6 +145,7 @@ class PoolConfig:
     eject_after_failures: int = 3
     eject_base_s: float = 2.0
     eject_max_s: float = 30.0
+    identity_port: int | None = None
 
 
 class BackendPool:
@@ -159,6 +180,7 @@ class BackendPool:
         self.on_members_change: Callable[[tuple[str, ...]], None] | None = None
         self._states: dict[str, BackendState] = {}
         self._healthy: tuple[str, ...] = ()
+        self._identities: dict[str, str] = {}
         self._set_members(url.rstrip("/") for url in static)
 
     # Membership -----------------------------------------------------------------------------
@@ -169,6 +191,8 @@ class BackendPool:
         for url in list(self._states):
             if url not in wanted:
                 del self._states[url]
+        if not self._identities.keys() <= wanted:
+            self._identities = {u: i for u, i in self._identities.items() if u in wanted}
         for url in wanted:
             self._states.setdefault(url, BackendState(url))
         self._update_healthy()
@@ -208,6 +232,11 @@ class BackendPool:
 
     def state(self, url: str) -> BackendState | None:
         return self._states.get(url)
+
+    def identities(self) -> dict[str, str]:
+        """The known routing identities, by member URL (module docstring). The dict is
+        replaced, never changed, when one is learned or forgotten: read it, do not change it."""
+        return self._identities
 
     def loads(self) -> dict[str, BackendLoad]:
         return {
@@ -303,13 +332,53 @@ class BackendPool:
                 jobs.append(self._probe(session, state, early=True))
         await asyncio.gather(*jobs)
 
+    # Identities -----------------------------------------------------------------------------
+
+    async def _ask_identity(
+        self, session: aiohttp.ClientSession, url: str, port: int
+    ) -> str | None:
+        """The identity the warm-up sidecar on ``port`` of ``url``'s host reports; None for
+        anything but a ``200`` with a non-empty string."""
+        address = backend_url(backend_address(url)[0], port) + constants.WARMUP_IDENTITY_PATH
+        try:
+            async with session.get(address, timeout=self._timeout()) as response:
+                if response.status != 200:
+                    return None
+                answer = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        identity = answer.get("identity") if isinstance(answer, dict) else None
+        return identity if isinstance(identity, str) and identity else None
+
+    async def refresh_identities(self, session: aiohttp.ClientSession) -> None:
+        """Ask every member without a known identity for its own, concurrently, and remember
+        the answers of those still members (module docstring). Nothing without
+        ``identity_port``."""
+        port = self.config.identity_port
+        if port is None:
+            return
+        asked = [url for url in self._states if url not in self._identities]
+        answers = await asyncio.gather(*(self._ask_identity(session, url, port) for url in asked))
+        learned = {
+            url: identity
+            for url, identity in zip(asked, answers, strict=True)
+            if identity is not None and url in self._states
+        }
+        if learned:
+            self._identities = {**self._identities, **learned}
+
+    async def refresh(self, session: aiohttp.ClientSession) -> None:
+        """One discovery refresh: the DNS name (when given), then the missing identities."""
+        await self.refresh_members()
+        await self.refresh_identities(session)
+
     async def run(self, session: aiohttp.ClientSession) -> None:
-        """Refresh members and scrape loads until cancelled."""
-        next_dns = 0.0
+        """Refresh (every ``dns_interval_s``) and scrape loads until cancelled."""
+        next_refresh = 0.0
         while True:
-            if self.dns is not None and self._clock() >= next_dns:
-                await self.refresh_members()
-                next_dns = self._clock() + self.config.dns_interval_s
+            if self._clock() >= next_refresh:
+                await self.refresh(session)
+                next_refresh = self._clock() + self.config.dns_interval_s
             try:
                 await self.scrape_once(session)
             except Exception:

@@ -74,6 +74,7 @@ class RouterSettings:
 
     backends: tuple[str, ...] = ()
     dns: str | None = None
+    identity_port: int | None = None
     policy: str = DEFAULT_POLICY.replace("_", "-")
     load_bound: float = constants.ROUTER_LOAD_BOUND
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
@@ -124,6 +125,14 @@ def _parse_dns(value: str | None) -> tuple[str, int] | None:
     "--dns",
     metavar="NAME:PORT",
     help="Headless Service of the engines, resolved continuously (Ready pods only).",
+)
+@click.option(
+    "--identity-port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="Warm-up sidecar port of the engine pods: rank each engine by the routing identity "
+    "its sidecar reports (a pod that replaced another in a rolling update takes that pod's "
+    "place). Rendered by the operator when spec.warmup.handover is on.",
 )
 @click.option(
     "--policy",
@@ -404,7 +413,7 @@ def build_router(settings: RouterSettings) -> Router:
     pool = BackendPool(
         static=s.backends,
         dns=_parse_dns(s.dns),
-        config=PoolConfig(scrape_interval_s=s.scrape_interval_s),
+        config=PoolConfig(scrape_interval_s=s.scrape_interval_s, identity_port=s.identity_port),
     )
     return Router(
         kv_events=_kv_events(s),

@@ -14,9 +14,11 @@ own once it joins, and sends those requests to it before it takes traffic.
   all hot prefixes.
 - ``replaces`` (optional, with ``member``): the backend ``member`` replaces in a rolling
   update (``warmup.handover``). The ranking is then among the healthy backends without
-  ``replaces`` plus ``member``, and when the router follows the engines' KV cache events,
-  what ``replaces`` holds counts as ``member``'s (``policies.base.home_after_join``): the
-  answer holds the prefixes the router will send to ``member`` once it has replayed them
+  ``replaces`` plus ``member``, ``member`` ranks by ``replaces``' routing identity when the
+  router knows one (it inherits it with the handover; a router without ``--identity-port``
+  ranks every backend by its URL), and when the router follows the engines' KV cache
+  events, what ``replaces`` holds counts as ``member``'s (``policies.base.home_after_join``):
+  the answer holds the prefixes the router will send to ``member`` once it has replayed them
   and ``replaces`` is gone, so the replaced pod's cache moves to its successor.
 - ``limit`` (optional, default 32, at most 1024): the most prefixes returned.
 
@@ -82,6 +84,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from prefixserving.router.policies.base import RoutingPolicy, home_after_join
+from prefixserving.router.policies.ranking import NO_IDENTITIES
 from prefixserving.router.prefix_hashing import (
     ContentKind,
     KeyConfig,
@@ -275,13 +278,16 @@ class HotPrefixes:
         *,
         replaces: str | None = None,
         cached: Callable[[tuple[int, ...], Sequence[str]], Mapping[str, int]] | None = None,
+        identities: Mapping[str, str] = NO_IDENTITIES,
     ) -> list[HotPrefix]:
         """Hot prefixes that ``policy`` sends to ``member`` once it joins ``backends``, all of
         them idle, and, with ``replaces``, takes over what that backend's cache holds while it
         leaves (``policies.base.home_after_join``); none for a policy without affinity.
         ``cached``: the engines' cached depth of a prefix's source request, from its engine
         block keys (the router's ``kv_events.index``; None without events), looked up once
-        per source request: the prefixes of one request share its engine keys."""
+        per source request: the prefixes of one request share its engine keys.
+        ``identities``: the backends' routing identities (``RoutingContext.identities``);
+        ``member`` takes ``replaces``' identity when it has one."""
         scale = self._scale()
         depths_of: dict[int, Mapping[str, int]] = {}  # id of an entry's engine keys -> depths
 
@@ -292,7 +298,9 @@ class HotPrefixes:
                 if keys not in depths_of:
                     depths_of[keys] = cached(entry.engine_keys, backends)
                 depths = depths_of[keys]
-            after = home_after_join(policy, entry.chain, backends, member, replaces, depths)
+            after = home_after_join(
+                policy, entry.chain, backends, member, replaces, depths, identities
+            )
             return after == member
 
         return [self._row(entry, scale) for entry in self._choose(scale, limit, owns)]

@@ -72,7 +72,10 @@ from prefixserving.warmup.state import WarmupState
 )
 @click.option("--model", default=None, help="Served model name (default: the engine's /v1/models).")
 @click.option(
-    "--host", default="0.0.0.0", show_default=True, help="Address of /readyz and /metrics."
+    "--host",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address of /readyz, /identity and /metrics.",
 )
 @click.option("--port", type=int, default=constants.WARMUP_PORT, show_default=True)
 def warmup(

@@ -3,8 +3,10 @@
 **Algorithm**
 
 1. Poll the engine's ``/health`` every ``poll_interval_s`` until it answers 200.
-2. With ``handover_selector``, claim the old pod this one replaces in a rolling update
-   (``warmup.handover``; none outside a rolling update). Collect prefixes: the prompts file
+2. Resolve the handover (``warmup.handover``): with ``handover_selector``, claim the old pod
+   this one replaces in a rolling update (none outside one) and take its routing identity;
+   without it, or with no claim, the identity is this pod's own (``POD_NAME``). From here
+   ``/identity`` answers 200. Collect prefixes: the prompts file
    (``warmup.prompts`` or the ConfigMap), then the router's hot prefixes that this replica will
    own once it joins and the claimed pod leaves (``GET <router>/v1/prefixserving/
    hot-prefixes?member=<self_url>&replaces=<claimed>&limit=<hot_prefixes>``,
@@ -23,10 +25,12 @@ cancelled (vLLM aborts a request whose client went away), the timeout is counted
 ``on_timeout`` is called (a Kubernetes Event in a pod) and the state is finished anyway. A
 failing step (bad prompts file, unreachable router, a prefix the engine refuses) is counted
 and logged and warm-up goes on; an unexpected error ends warm-up early but still finishes the
-state. Nothing here ever blocks Ready past ``timeout_s`` or touches the engine process.
+state. Nothing here ever blocks Ready past ``timeout_s`` or touches the engine process. When
+warm-up ends before step 2 (timeout, unexpected error), step 2 runs right after it, for the
+claim and the identity only (the pod is Ready and an old pod goes next all the same).
 
 Cost: one request per distinct prefix (engine time: their prefill), plus with the handover one
-pod list and one patch.
+pod list and two patches (the claim, this pod's identity).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import httpx
 
 from prefixserving import constants
 from prefixserving.api import defaults
-from prefixserving.warmup.handover import find_replaced
+from prefixserving.warmup.handover import Handover, resolve_handover
 from prefixserving.warmup.prompts import (
     WarmupRequest,
     load_prompts_file,
@@ -84,7 +88,8 @@ async def run_warmup(
     client: httpx.AsyncClient | None = None,
     on_timeout: Callable[[str], None] | None = None,
 ) -> None:
-    """Warm the engine up; always returns with ``state`` finished (see the module docstring)."""
+    """Warm the engine up; always returns with ``state`` finished and its identity resolved
+    (see the module docstring)."""
     async with contextlib.AsyncExitStack() as stack:
         if client is None:
             timeout = httpx.Timeout(config.request_timeout_s, connect=5.0)
@@ -101,21 +106,21 @@ async def run_warmup(
             state.finish(timed_out=True)
             if on_timeout is not None:
                 on_timeout(message)
-            return
         except Exception:
             log.exception("warm-up stopped early on an unexpected error; turning Ready")
-        state.finish(timed_out=False)
-        log.info("warm-up finished: %s", state.summary())
+        if not state.ready:
+            state.finish(timed_out=False)
+            log.info("warm-up finished: %s", state.summary())
+    if not state.identity_resolved:
+        await _hand_over(config, state)
 
 
 async def _warm(config: WarmupConfig, state: WarmupState, client: httpx.AsyncClient) -> None:
     state.phase = Phase.WAITING_FOR_ENGINE
     await _wait_healthy(client, config)
     state.phase = Phase.COLLECTING
-    replaces = None
-    if config.handover_selector:
-        replaces = await asyncio.to_thread(find_replaced, os.environ, config.handover_selector)
-    routed = await _from_router(client, config, state, replaces)
+    handover = await _hand_over(config, state)
+    routed = await _from_router(client, config, state, handover.replaces)
     requests = unique([*_from_file(config, state), *routed])
     model = config.model or await _served_model(client, config.engine_url)
     state.plan(len(requests))
@@ -128,6 +133,14 @@ async def _warm(config: WarmupConfig, state: WarmupState, client: httpx.AsyncCli
             await _replay(client, config.engine_url, request, model, state)
 
     await asyncio.gather(*(one(r) for r in requests))
+
+
+async def _hand_over(config: WarmupConfig, state: WarmupState) -> Handover:
+    """Step 2's claim and routing identity (``warmup.handover.resolve_handover``, in a thread:
+    the Kubernetes client blocks); the identity is recorded on ``state``."""
+    handover = await asyncio.to_thread(resolve_handover, os.environ, config.handover_selector)
+    state.set_identity(handover.identity)
+    return handover
 
 
 async def _wait_healthy(client: httpx.AsyncClient, config: WarmupConfig) -> None:

@@ -1,4 +1,5 @@
-"""Progress and metrics of one warm-up, served at ``/readyz`` and ``/metrics``.
+"""Progress and metrics of one warm-up, served at ``/readyz`` and ``/metrics``, and this pod's
+routing identity, served at ``/identity`` (``warmup.handover``).
 
 ==========================================================  ======================================
 ``prefixserving_warmup_ready``                              1 once warm-up finished or timed out
@@ -52,6 +53,8 @@ class WarmupState:
     tokens_warmed: int = 0
     failures: int = 0
     timed_out: bool = False
+    identity: str | None = None
+    identity_resolved: bool = False
 
     def __post_init__(self) -> None:
         self.started_s = self.clock()
@@ -109,6 +112,11 @@ class WarmupState:
     def record_failure(self, stage: Stage, count: int = 1) -> None:
         self.failures += count
         self._failures.labels(stage.value).inc(count)
+
+    def set_identity(self, identity: str | None) -> None:
+        """Record this pod's routing identity (None outside a pod); ``/identity`` answers 200."""
+        self.identity = identity
+        self.identity_resolved = True
 
     def finish(self, *, timed_out: bool) -> None:
         """Mark warm-up over (the pod may turn Ready); only the first call counts."""

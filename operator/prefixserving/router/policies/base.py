@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
+from prefixserving.router.policies.ranking import NO_IDENTITIES
+
 
 @dataclass(frozen=True, slots=True)
 class BackendLoad:
@@ -87,12 +89,16 @@ class RoutingContext:
     request, so that a request no engine holds is told apart from the mode being off; an
     id missing from a non-empty mapping holds none. The counts are in the engine's blocks
     (``block_size`` tokens), not in ``blocks``: compare them across backends only.
+    ``identities``: per backend id, the routing identity a rendezvous ranking hashes
+    (``policies.ranking``); a backend missing from it is ranked by its id. An engine pod that
+    replaced another in a rolling update carries that pod's identity, and so its place.
     """
 
     blocks: tuple[int, ...]
     backends: tuple[str, ...]
     loads: Mapping[str, BackendLoad] = field(default_factory=dict)
     cached: Mapping[str, int] = field(default_factory=dict)
+    identities: Mapping[str, str] = field(default_factory=dict)
 
 
 class RoutingPolicy:
@@ -135,14 +141,16 @@ def home(
     blocks: tuple[int, ...],
     backends: Sequence[str],
     cached: Mapping[str, int] | None = None,
+    identities: Mapping[str, str] = NO_IDENTITIES,
 ) -> str | None:
     """The backend ``policy`` sends a request with ``blocks`` to when every one of
-    ``backends`` is idle (``cached``: the engines' cached depth, as in
-    :class:`RoutingContext`), or None when the policy has no affinity. Records nothing; cost:
-    one :meth:`~RoutingPolicy.select`."""
+    ``backends`` is idle (``cached`` and ``identities`` as in :class:`RoutingContext`), or
+    None when the policy has no affinity. Records nothing; cost: one
+    :meth:`~RoutingPolicy.select`."""
     if not policy.affinity:
         return None
-    return policy.select(RoutingContext(blocks, tuple(sorted(backends)), {}, cached or {})).backend
+    ctx = RoutingContext(blocks, tuple(sorted(backends)), {}, cached or {}, identities)
+    return policy.select(ctx).backend
 
 
 def home_after_join(
@@ -152,16 +160,21 @@ def home_after_join(
     member: str,
     replaces: str | None = None,
     cached: Mapping[str, int] | None = None,
+    identities: Mapping[str, str] = NO_IDENTITIES,
 ) -> str | None:
     """:func:`home` once ``member`` has joined ``backends`` and, with ``replaces``, taken over
     what ``replaces`` holds while ``replaces`` left: the members are ``backends`` without
-    ``replaces`` plus ``member``, and ``replaces``' cached depth (engine events) counts for
-    ``member``. What a warm-up must replay on a new backend for the router to send it the
-    traffic it is meant to take: its share of the ranking and, in a rolling update, the pod it
-    replaces' cache. Cost: one :meth:`~RoutingPolicy.select`."""
+    ``replaces`` plus ``member``, ``replaces``' cached depth (engine events) counts for
+    ``member``, and when ``identities`` has one for ``replaces``, ``member`` ranks by it (the
+    routing identity it inherits with the warm-up handover). What a warm-up must replay on a
+    new backend for the router to send it the traffic it is meant to take: its share of the
+    ranking and, in a rolling update, the pod it replaces' cache. Cost: one
+    :meth:`~RoutingPolicy.select`."""
     members = {*backends, member} - ({replaces} if replaces and replaces != member else set())
     after = dict(cached or {})
     if replaces is not None and replaces in after:
         depth = after.pop(replaces)
         after[member] = max(after.get(member, 0), depth)
-    return home(policy, blocks, sorted(members), after)
+    if replaces is not None and replaces in identities:
+        identities = {**identities, member: identities[replaces]}
+    return home(policy, blocks, sorted(members), after, identities)

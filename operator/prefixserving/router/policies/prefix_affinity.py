@@ -129,7 +129,7 @@ from prefixserving.router.policies.load import (
     load_capacity,
     load_values,
 )
-from prefixserving.router.policies.ranking import rendezvous_rank
+from prefixserving.router.policies.ranking import NO_IDENTITIES, rendezvous_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +162,17 @@ class PrefixAffinityConfig(AffinityLoadParams):
         return light - (light - self.load_bound) * heaviness
 
 
-def affinity_ranking(choice: KeyChoice, backends: Sequence[str]) -> list[str]:
-    """Backends in order of preference for ``choice``: rendezvous by the key, among the
-    ``homes`` first choices of its hot parent first when it has one."""
+def affinity_ranking(
+    choice: KeyChoice, backends: Sequence[str], identities: Mapping[str, str] = NO_IDENTITIES
+) -> list[str]:
+    """Backends in order of preference for ``choice``: rendezvous by the key (over the
+    backends' routing ``identities``), among the ``homes`` first choices of its hot parent
+    first when it has one."""
     if choice.parent is None:
-        return rendezvous_rank(choice.key, backends)
-    homes = rendezvous_rank(choice.parent, backends)
-    return rendezvous_rank(choice.key, homes[: choice.homes]) + homes[choice.homes :]
+        return rendezvous_rank(choice.key, backends, identities=identities)
+    homes = rendezvous_rank(choice.parent, backends, identities=identities)
+    first = rendezvous_rank(choice.key, homes[: choice.homes], identities=identities)
+    return first + homes[choice.homes :]
 
 
 class PrefixAffinityPolicy(RoutingPolicy):
@@ -190,7 +194,7 @@ class PrefixAffinityPolicy(RoutingPolicy):
         if choice is None:
             order = by_load(values, ctx.backends)
             return Decision(order[0], DecisionReason.BALANCE, tuple(order[1:]))
-        ranking = affinity_ranking(choice, ctx.backends)
+        ranking = affinity_ranking(choice, ctx.backends, ctx.identities)
         bound = self.config.bound_for(choice.weight, len(ctx.backends))
         capacity = load_capacity(values, bound, self.config.load_slack)
         within = [b for b in ranking[: self.config.spill_ranks] if values[b] < capacity]

@@ -46,7 +46,7 @@ requests) and dual hash ring are out of scope for a router that does not hold qu
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prefixserving.router.policies.base import (
@@ -57,7 +57,7 @@ from prefixserving.router.policies.base import (
 )
 from prefixserving.router.policies.key_choice import PrefixKeySelector
 from prefixserving.router.policies.load import AffinityLoadParams, by_load, load_values
-from prefixserving.router.policies.ranking import rendezvous_top
+from prefixserving.router.policies.ranking import NO_IDENTITIES, rendezvous_top
 
 _SEED_A = 0x243F6A8885A308D3
 _SEED_B = 0x13198A2E03707344
@@ -87,11 +87,14 @@ class TwoChoicePolicy(RoutingPolicy):
         self._last: OrderedDict[int, str] = OrderedDict()
 
     @staticmethod
-    def candidates(key: int, backends: Sequence[str]) -> list[str]:
-        """The two candidates of ``key`` (one when there is one backend)."""
-        first = rendezvous_top(key, backends, _SEED_A)
+    def candidates(
+        key: int, backends: Sequence[str], identities: Mapping[str, str] = NO_IDENTITIES
+    ) -> list[str]:
+        """The two candidates of ``key`` (one when there is one backend), ranked by the
+        backends' routing ``identities`` (``policies.ranking``)."""
+        first = rendezvous_top(key, backends, _SEED_A, identities)
         others = [b for b in backends if b != first]
-        return [first, rendezvous_top(key, others, _SEED_B)] if others else [first]
+        return [first, rendezvous_top(key, others, _SEED_B, identities)] if others else [first]
 
     def select(self, ctx: RoutingContext) -> Decision:
         if not ctx.backends:
@@ -101,7 +104,7 @@ class TwoChoicePolicy(RoutingPolicy):
         if key is None:
             order = by_load(values, ctx.backends)
             return Decision(order[0], DecisionReason.BALANCE, tuple(order[1:]))
-        pair = self.candidates(key, ctx.backends)
+        pair = self.candidates(key, ctx.backends, ctx.identities)
         cached = self._last.get(key)
         capacity = self.config.capacity(values)
         if cached in pair and values[cached] < capacity:

@@ -2,6 +2,8 @@
 
 - The ReplicaSet controller deletes the old pod the handover claimed (its
   ``controller.kubernetes.io/pod-deletion-cost``) when the old ReplicaSet scales down.
+- A new pod takes the routing identity of the pod it claims and writes it on itself (a merge
+  patch of its own annotations), and a pod that claims that one inherits the same identity.
 - The operator may create the warm-up Role that grants the handover's verbs (the API server
   refuses a Role granting more than its creator holds), and the engine pods' service account
   then holds exactly them.
@@ -29,6 +31,7 @@ from prefixserving.controller.kube import (
 from prefixserving.warmup.handover import (
     DELETION_COST,
     DELETION_COST_ANNOTATION,
+    IDENTITY_ANNOTATION,
     ThisPod,
     claim_replaced,
     pods_api,
@@ -43,13 +46,29 @@ LABELS = {"app": "handover-e2e"}
 SELECTOR = "app=handover-e2e"
 
 
-def echo_deployment(namespace: str, replicas: int) -> dict[str, Any]:
-    container = {
+def echo_container(text: str) -> dict[str, Any]:
+    return {
         "name": "engine",
         "image": ECHO_IMAGE,
-        "args": [f"-listen=:{constants.ENGINE_PORT}", "-text=old"],
+        "args": [f"-listen=:{constants.ENGINE_PORT}", f"-text={text}"],
         "readinessProbe": {"httpGet": {"path": "/health", "port": constants.ENGINE_PORT}},
     }
+
+
+def echo_pod(namespace: str, name: str, revision: str) -> dict[str, Any]:
+    """A bare pod of another revision: no ReplicaSet selects it (theirs include their own
+    ``pod-template-hash``), the handover's selector does."""
+    labels = {**LABELS, constants.LABEL_POD_TEMPLATE_HASH: revision}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [echo_container(name)]},
+    }
+
+
+def echo_deployment(namespace: str, replicas: int) -> dict[str, Any]:
+    container = echo_container("old")
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -94,6 +113,32 @@ def test_the_replicaset_deletes_the_claimed_pod_first(kube: Kube, namespace: str
     wait_for(lambda: len(ready_pods(kube, namespace)) == 2, "one old pod deleted")
     left = {p["metadata"]["name"] for p in ready_pods(kube, namespace)}
     assert victim["metadata"]["name"] not in left
+
+
+def test_a_chain_of_replacements_keeps_the_first_pods_routing_identity(
+    kube: Kube, namespace: str
+) -> None:
+    kube.apply(echo_deployment(namespace, 1))
+    wait_for(lambda: len(ready_pods(kube, namespace)) == 1, "the old pod Ready")
+    (first,) = ready_pods(kube, namespace)
+    api = pods_api(load_api_client())
+    kube.apply(echo_pod(namespace, "second", "revision-2"))
+    wait_for(lambda: len(ready_pods(kube, namespace)) == 2, "the second pod Ready")
+    assert (
+        claim_replaced(api, ThisPod("second", namespace, "revision-2"), SELECTOR).identity
+        == (first["metadata"]["name"])
+    )
+    second = kube.get(POD, namespace, "second")
+    assert second is not None
+    assert second["metadata"]["annotations"][IDENTITY_ANNOTATION] == first["metadata"]["name"]
+    kube.apply(echo_pod(namespace, "third", "revision-3"))
+    wait_for(lambda: len(ready_pods(kube, namespace)) == 3, "the third pod Ready")
+    third = ThisPod("third", namespace, "revision-3")
+    # The old pod is claimed by a live pod ("second"), so "third" claims "second", and inherits
+    # the identity "second" inherited.
+    handover = claim_replaced(api, third, SELECTOR)
+    assert handover.identity == first["metadata"]["name"]
+    assert handover.replaces == f"http://{second['status']['podIP']}:{constants.ENGINE_PORT}"
 
 
 def test_the_engine_service_account_holds_the_handover_verbs(kube: Kube, namespace: str) -> None:

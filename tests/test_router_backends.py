@@ -198,7 +198,7 @@ async def test_system_resolver_and_missing_names() -> None:
 
 
 HANG = (0, "")
-"""A sidecar answer that comes after the pool's timeout."""
+"""A sidecar that does not answer until the test ends: the pool's timeout fires first."""
 
 
 def says(identity: str | None) -> tuple[int, str]:
@@ -213,20 +213,21 @@ def engine_at(host: str) -> str:
 
 class Sidecars:
     """Warm-up sidecars answering ``GET /identity`` on one port at several loopback addresses:
-    ``answers[host]`` is ``(status, body)`` (:data:`HANG`: a late answer), changeable while
-    they serve; ``asked[host]`` counts the requests each received."""
+    ``answers[host]`` is ``(status, body)`` (:data:`HANG`: no answer until ``release`` is
+    set), changeable while they serve; ``asked[host]`` counts the requests each received."""
 
     def __init__(self, answers: dict[str, tuple[int, str]]) -> None:
         self.answers = answers
         self.asked: Counter[str] = Counter()
         self.port = free_port()
+        self.release = asyncio.Event()
 
     async def identity(self, request: web.Request) -> web.Response:
         host = request.url.host or ""
         self.asked[host] += 1
         status, body = self.answers[host]
         if (status, body) == HANG:
-            await asyncio.sleep(0.5)
+            await self.release.wait()
             status = 503
         return web.Response(status=status, text=body, content_type="application/json")
 
@@ -244,6 +245,7 @@ async def sidecars(answers: dict[str, tuple[int, str]]) -> AsyncIterator[Sidecar
             await web.TCPSite(runner, host, served.port).start()
         yield served
     finally:
+        served.release.set()
         await runner.cleanup()
 
 
@@ -260,7 +262,7 @@ async def test_identities_are_learned_once_and_asked_again_until_answered() -> N
     }
     refused = "127.0.0.10"  # no sidecar listens there
     async with sidecars(answers) as side, aiohttp.ClientSession() as session:
-        config = PoolConfig(identity_port=side.port, scrape_timeout_s=0.3)
+        config = PoolConfig(identity_port=side.port, scrape_timeout_s=1.0)
         pool = BackendPool(static=[engine_at(h) for h in [*answers, refused]], config=config)
         assert pool.identities() == {}
         await pool.refresh(session)

@@ -61,7 +61,7 @@ SIM_STEP_S = 0.010
 # every 16 steps: about 4 steps admit (8,192 prefill tokens each) until 256 requests run, then
 # about 11 decode-only steps until they finish (OUTPUT_TOKENS). A window must cover whole
 # cycles: 10 steps from WARMUP_STEPS hold no admission at all, where a policy's ordering code
-# barely runs (the counted ratio of PEEK was x1.05 over them and x1.09 over these 30).
+# barely runs (the counted ratio of PEEK was x1.04 over them and x1.09 over these 30).
 MEASURED_STEPS = 30
 
 

@@ -12,6 +12,7 @@ import uvicorn
 
 from prefixserving.router.app import Router, RouterConfig, build_app
 from prefixserving.router.backends import BackendPool, PoolConfig, Resolver
+from prefixserving.router.cli import RouterSettings, router
 from prefixserving.router.policies.base import (
     Decision,
     DecisionReason,
@@ -141,3 +142,10 @@ def engine_in_thread(engine: FakeEngine) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def router_settings(args: Sequence[str]) -> RouterSettings:
+    """The settings ``prefixserving router ARGS`` runs with (the router's own parser)."""
+    context = router.make_context("router", list(args))
+    options = {k: v for k, v in context.params.items() if k in RouterSettings.__dataclass_fields__}
+    return RouterSettings(**options)

@@ -16,7 +16,8 @@ from prefixserving import constants
 from prefixserving.api import names
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
-from prefixserving.router.cli import RouterSettings, build_router, router
+from prefixserving.router.cli import RouterSettings, build_router
+from router_support import router_settings
 
 BASE: dict[str, Any] = {
     "apiVersion": constants.API_VERSION,
@@ -48,13 +49,6 @@ def pod(objects: dict, deployment: str) -> dict[str, Any]:
 def container(objects: dict, deployment: str, name: str) -> dict[str, Any]:
     (found,) = [c for c in pod(objects, deployment)["containers"] if c["name"] == name]
     return found
-
-
-def router_settings(args: list[str]) -> RouterSettings:
-    """The settings ``prefixserving router ARGS`` runs with (the router's own parser)."""
-    context = router.make_context("router", list(args))
-    options = {k: v for k, v in context.params.items() if k in RouterSettings.__dataclass_fields__}
-    return RouterSettings(**options)
 
 
 def flag_value(args: list[str], flag: str) -> str:

@@ -12,7 +12,7 @@ from prefixserving import constants
 from prefixserving.api import names
 from prefixserving.api.validation import parse_resource
 from prefixserving.render import render_children
-from prefixserving.router.cli import RouterSettings, router
+from router_support import router_settings
 
 
 def rendered(warmup: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -36,9 +36,7 @@ def rendered(warmup: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 def identity_port(pods: dict[str, dict[str, Any]]) -> int | None:
     """The ``--identity-port`` the router runs with (the router's own parser)."""
     (container,) = pods[names.router_deployment("chat")]["containers"]
-    params = router.make_context("router", list(container["args"])).params
-    fields = RouterSettings.__dataclass_fields__
-    return RouterSettings(**{k: v for k, v in params.items() if k in fields}).identity_port
+    return router_settings(container["args"]).identity_port
 
 
 def test_handover_makes_the_router_ask_the_sidecars_port() -> None:

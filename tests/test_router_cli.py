@@ -16,7 +16,7 @@ from prefixserving.cli import main
 from prefixserving.router.cli import _JsonFormatter, log_config
 from prefixserving_lab.runners.fake_engine import FakeEngine
 from prefixserving_lab.runners.stack.processes import free_port
-from router_support import engine_in_thread
+from router_support import engine_in_thread, router_settings
 from support.processes import wait_for_answer
 
 FLAGS = (
@@ -156,10 +156,8 @@ def test_prefix_blocks_also_sets_the_policys_key_depth() -> None:
 @pytest.mark.parametrize(("args", "port"), [([], None), (["--identity-port", "8090"], 8090)])
 def test_identity_port_reaches_the_pool(args: list[str], port: int | None) -> None:
     """``--identity-port`` makes the pool ask the engines' warm-up sidecars on that port."""
-    from prefixserving.router.cli import RouterSettings, build_router, router
+    from prefixserving.router.cli import build_router
 
-    context = router.make_context("router", ["--backend", "http://127.0.0.1:1", *args])
-    fields = RouterSettings.__dataclass_fields__
-    settings = RouterSettings(**{k: v for k, v in context.params.items() if k in fields})
+    settings = router_settings(["--backend", "http://127.0.0.1:1", *args])
     assert settings.identity_port == port
     assert build_router(settings).pool.config.identity_port == port

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, Clust
 from prefixserving_lab.models.fleet import PodLifecycle
 from prefixserving_lab.models.peer_routers import make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
-from prefixserving_lab.runners.faults import FaultSetup, run_scenario, series
+from prefixserving_lab.runners.faults import FaultSetup, Misses, run_scenario, series
 from prefixserving_lab.workloads.traces import TraceRequest
 
 FAST = ServiceModel(
@@ -31,6 +33,13 @@ def _conversations(count: int, turns: int, gap_s: float) -> list[TraceRequest]:
         for turn in range(turns)
         for c in range(count)
     ]
+
+
+def _four_pods(**changes: Any) -> FaultSetup:
+    """4 pods behind 2 routers, the fault at 5 s (2 pods out for engines-out), 1 s buckets."""
+    return replace(
+        FaultSetup(replicas=4, routers=2, fault_s=5.0, engines_out=2, bucket_s=1.0), **changes
+    )
 
 
 def test_restarted_router_forgets_only_its_own_state() -> None:
@@ -71,15 +80,7 @@ def test_engines_out_take_no_traffic_until_new_pods_are_ready() -> None:
     5 s only the two remaining pods are routed to, until the new pods load (2 s) and turn
     Ready (requests arriving at 5 s itself come before that tick)."""
     requests = _conversations(40, 10, 0.05)
-    setup = FaultSetup(
-        replicas=4,
-        routers=2,
-        fault_s=5.0,
-        engines_out=2,
-        out_for_s=3.0,
-        bucket_s=1.0,
-        lifecycle=PodLifecycle(load_s=2.0, warmup=False),
-    )
+    setup = _four_pods(out_for_s=3.0, lifecycle=PodLifecycle(load_s=2.0, warmup=False))
     result = run_scenario(requests, setup, FAST, "engines-out")
     before = {o.backend for o in result.outcomes if o.arrival_s < 5.0}
     out = {o.backend for o in result.outcomes if 5.01 <= o.arrival_s < 10.0}
@@ -88,14 +89,17 @@ def test_engines_out_take_no_traffic_until_new_pods_are_ready() -> None:
     assert len(back) == 4 and len(back - before) == 2  # two new pods, new names
 
 
-def _outcomes(hits: list[float], bucket_s: float) -> ClusterResult:
-    """Ten requests of 100 tokens per bucket, ``hits[i]`` of them cached in bucket i."""
+def _outcomes(hits: list[float], bucket_s: float, fleet_hit: int = 100) -> ClusterResult:
+    """Ten requests of 100 tokens per bucket, ``hits[i]`` of them cached in bucket i; the
+    fleet held ``fleet_hit`` tokens of each when it was routed."""
     outcomes = []
     for b, hit in enumerate(hits):
         for k in range(10):
             index = len(outcomes)
             t = b * bucket_s + k * bucket_s / 10
-            outcomes.append(Outcome(index, t, "r0", "affinity", 0.1, int(hit * 100), 100, 0))
+            outcomes.append(
+                Outcome(index, t, "r0", "affinity", 0.1, int(hit * 100), 100, 0, fleet_hit)
+            )
     return ClusterResult(outcomes, {}, [], Counter(), 0.0)
 
 
@@ -112,6 +116,45 @@ def test_dip_is_the_longest_run_of_buckets_below_ninety_percent_of_steady() -> N
     assert math.isnan(got.buckets[-1].of_steady)  # no steady requests in that bucket
     short = _outcomes([0.8, 0.8, 0.7, 0.7, 0.7, 0.7, 0.8, 0.8, 0.8, 0.8, 0.8], 15.0)
     assert series("engines-out", short, steady, setup).met  # exactly 60 s
+
+
+def test_extra_misses_split_into_what_no_pod_held_and_the_rest() -> None:
+    """Steady hits 80 tokens of each request. After the fault (buckets 2-5, 10 requests
+    each) the faulted run hits 50 in buckets 2-3 (the dip) and 75 in buckets 4-5 (within 90%
+    of steady), and the fleet held 60 of each when routed: 20 of steady's 80 were held by no
+    pod, and the rest of the extra went to a pod that did not hold what another one did."""
+    setup = FaultSetup(fault_s=30.0, bucket_s=15.0)
+    steady = _outcomes([0.8] * 6, 15.0)
+    faulty = _outcomes([0.8, 0.8, 0.5, 0.5, 0.75, 0.75], 15.0, fleet_hit=60)
+    got = series("engines-out", faulty, steady, setup)
+    assert got.longest_dip_s == 30.0
+    assert got.misses_in_dip == Misses(20 * (80 - 50), 20 * (80 - 60))
+    assert got.misses_after == Misses(20 * 30 + 20 * 5, 40 * 20)
+    same = series("steady", steady, steady, setup)
+    assert same.misses_after == same.misses_in_dip == Misses(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "policy"),
+    [("engines-out", "prefix_affinity"), ("router-restart", "sglang_cache_aware")],
+)
+def test_a_removed_pods_cache_is_unheld_a_restarted_routers_misses_are_not(
+    scenario: str, policy: str
+) -> None:
+    """Conversations on 4 pods, nothing evicted: removing 2 pods takes what they held (their
+    conversations' next turns find it nowhere); a restarted SGLang-style router sends
+    conversations to pods that do not hold them while the pods that do are still there."""
+    requests = _conversations(40, 10, 0.05)
+    setup = _four_pods(
+        policy=policy, out_for_s=100.0, lifecycle=PodLifecycle(load_s=2.0, warmup=False)
+    )
+    steady = run_scenario(requests, setup, FAST, "steady")
+    got = series(scenario, run_scenario(requests, setup, FAST, scenario), steady, setup)
+    assert got.misses_after.extra_uncached_tokens > 0
+    if scenario == "engines-out":
+        assert got.misses_after.unheld_tokens == got.misses_after.extra_uncached_tokens
+    else:
+        assert got.misses_after.unheld_tokens == 0
 
 
 def test_restarted_router_counts_only_requests_it_routed_since() -> None:
@@ -137,14 +180,7 @@ def _rolling_update(policy: str, handover: bool) -> tuple[list[TraceRequest], Cl
     """4 pods behind 2 routers, 40 conversations each asking every 2 s for 80 s, every pod
     replaced from 5 s (2 s load, warm-up on), with or without the handover."""
     requests = _conversations(40, 40, 0.05)
-    setup = FaultSetup(
-        replicas=4,
-        routers=2,
-        policy=policy,
-        fault_s=5.0,
-        bucket_s=1.0,
-        lifecycle=PodLifecycle(load_s=2.0, window_s=10.0),
-    )
+    setup = _four_pods(policy=policy, lifecycle=PodLifecycle(load_s=2.0, window_s=10.0))
     scenario = "rolling-update" if handover else "rolling-update-no-handover"
     return requests, run_scenario(requests, setup, FAST, scenario)
 

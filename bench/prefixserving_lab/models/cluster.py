@@ -11,7 +11,9 @@ replica, the request's leading blocks that replica's KV cache events say it hold
 ``kv_event_lag_s`` after the cache changed (:mod:`.kv_events`; every router replica sees the
 same events). Router replicas share nothing else, as in production. The replica queues
 the request and serves it (:mod:`.replica`): TTFT is the time from arrival to the end of its
-prefill.
+prefill. It also records the most of the request's prompt any Ready replica held when it was
+routed (``fleet_hit_tokens``), so a fault's extra misses split into what the fleet no longer
+held and what went to the wrong replica.
 
 A router replica can restart (:meth:`ClusterSim.restart_router`: its policy state is lost).
 Membership changes over time: :meth:`ClusterSim.add_replica` starts a replica (cold, or warmed
@@ -24,7 +26,8 @@ Requests that arrive while no replica is Ready wait at the router.
 Events at the same instant run in this order: membership, completions, scrapes, arrivals,
 ticks. Everything is deterministic: the same inputs give the same result.
 
-Cost: O(log E) per event plus the policy's and the replica's per-request cost.
+Cost: O(log E) per event plus the policy's and the replica's per-request cost, and
+O(N x blocks) per routed request for ``fleet_hit_tokens`` (N Ready replicas).
 """
 
 from __future__ import annotations
@@ -102,7 +105,10 @@ class Tick:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What happened to one request (``ttft_s`` is ``None`` if it was never served;
-    ``router``: the index of the router replica that routed it, ``None`` if none did)."""
+    ``router``: the index of the router replica that routed it, ``None`` if none did;
+    ``fleet_hit_tokens``: the most of its prompt any Ready replica held cached when it was
+    routed, what the best placement would have hit had nothing been evicted before it
+    started)."""
 
     index: int
     arrival_s: float
@@ -112,6 +118,7 @@ class Outcome:
     hit_tokens: int
     input_tokens: int
     router: int | None = None
+    fleet_hit_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -354,6 +361,7 @@ class ClusterSim:
             )
             for b in backends
         }
+        job.fleet_hit_tokens = max(self.replicas[b].hit_tokens(job) for b in backends)
         cached = self.cached(job.blocks, backends)
         ctx = RoutingContext(job.blocks, backends, loads, cached, self.identities)
         decision = policy.select(ctx)
@@ -388,6 +396,7 @@ class ClusterSim:
             job.hit_tokens,
             job.input_tokens,
             router,
+            job.fleet_hit_tokens,
         )
         decode_s = job.output_tokens * replica.model.decode_s_per_token
         self._push(self.now + decode_s, _Kind.DECODE_DONE, (name, job))

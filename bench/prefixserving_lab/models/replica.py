@@ -167,6 +167,8 @@ class Job:
     input_tokens: int
     output_tokens: int
     hit_tokens: int = 0
+    # Set when routed: the most of the prompt any Ready replica held cached then.
+    fleet_hit_tokens: int = 0
     pinned: tuple[int, ...] = ()
     anonymous: int = 0
 

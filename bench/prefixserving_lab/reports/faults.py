@@ -11,7 +11,7 @@ from typing import Any
 from prefixserving_lab.machine import machine_line
 from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.cluster import OURS
-from prefixserving_lab.runners.faults import DIP_LIMIT_S, DIP_RATIO, FaultSeries
+from prefixserving_lab.runners.faults import DIP_LIMIT_S, DIP_RATIO, FaultSeries, Misses
 
 SERIES_MINUTES = 10
 
@@ -31,6 +31,10 @@ def write_fault_results(
 
 def _pct(value: float) -> str:
     return "-" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _misses(misses: Misses) -> str:
+    return f"{misses.extra_uncached_tokens / 1e6:.2f} M ({misses.unheld_tokens / 1e6:.2f} M)"
 
 
 def render_markdown(runs: Mapping[str, Sequence[FaultSeries]], meta: Mapping[str, Any]) -> str:
@@ -57,9 +61,15 @@ def render_markdown(runs: Mapping[str, Sequence[FaultSeries]], meta: Mapping[str
         f" stays below {_pct(DIP_RATIO)} of the steady run's (same requests, no fault) for"
         f" longer than {DIP_LIMIT_S:.0f} s.",
         "",
+        "Extra uncached: prompt tokens computed beyond the steady run's on the same requests,"
+        " after the fault and in the longest dip; in brackets those of the steady run's hits"
+        " that no Ready pod held when the request was routed (gone with a removed pod, or"
+        " evicted), which no placement could have hit.",
+        "",
         "| policy | scenario | hit rate after fault (steady) | lowest bucket, of steady |"
-        " longest dip | TTFT p99 after (steady) | goal |",
-        "|---|---|---|---|---|---|---|",
+        " longest dip | TTFT p99 after (steady) | extra uncached after (no pod held) |"
+        " in the dip (no pod held) | goal |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for policy, series in runs.items():
         name = f"**{policy}**" if policy == OURS else policy
@@ -70,7 +80,8 @@ def render_markdown(runs: Mapping[str, Sequence[FaultSeries]], meta: Mapping[str
                 f"| {name} | {s.scenario} | {_pct(s.hit_rate_after)}"
                 f" ({_pct(s.steady_hit_rate_after)}) | {_pct(s.lowest_of_steady)} |"
                 f" {s.longest_dip_s:.0f} s | {s.ttft_p99_after_s:.2f} s"
-                f" ({s.steady_ttft_p99_after_s:.2f} s) | {'met' if s.met else 'missed'} |"
+                f" ({s.steady_ttft_p99_after_s:.2f} s) | {_misses(s.misses_after)} |"
+                f" {_misses(s.misses_in_dip)} | {'met' if s.met else 'missed'} |"
             )
     lines += ["", *_series_section(runs.get(OURS, ()), setup), *NOTES]
     return "\n".join(lines) + "\n"
@@ -100,11 +111,12 @@ NOTES = [
     " learnt state (no prefix is hot enough to be split): the restarted replica ranks"
     " engines as before from its first request. Peers that remember placements per router"
     " place each conversation afresh on the restarted replica.",
-    "- Removing engines moves the keys they owned to others (cold for them) and shrinks the"
-    " fleet's cache. Pods added back are new pods (new names): under rendezvous hashing each"
-    " takes its share of keys from every engine, a second dip; they warm only the hot"
-    " prefixes they own, not every conversation. Peers that remember placements keep"
-    " conversations where they are and move only the removed engines' ones.",
+    "- Removing engines takes what they cached with them and moves the keys they owned to"
+    " others: the tokens in brackets (held by no Ready pod when the request was routed) are"
+    " that loss, plus whatever was evicted. Pods added back are new pods (new names): under"
+    " rendezvous hashing each takes its share of keys from every engine, a second dip; they"
+    " warm only the hot prefixes they own, not every conversation. Peers that remember"
+    " placements keep conversations where they are and move only the removed engines' ones.",
     "- A rolling update replaces every pod in turn (a pod's load time plus warm-up per step,"
     " so it can outlast the trace). Without the handover each step moves the old pod's keys"
     " and the new pod's share of everyone's, about 2/N of the keys, so the dip repeats for"

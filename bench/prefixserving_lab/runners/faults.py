@@ -17,9 +17,11 @@ operator deploys them) and injects one fault at ``fault_s``:
 
 **Reported** per scenario (:class:`FaultSeries`): requests bucketed by arrival into
 ``bucket_s`` windows; per bucket the hit rate, its ratio to the steady run's hit rate in the
-same bucket, and TTFT p99. The goal: after the fault, no stretch of consecutive buckets whose
-ratio is below ``DIP_RATIO`` (90%) lasting longer than ``DIP_LIMIT_S`` (60 s). A bucket's
-ratio is NaN (and ends no stretch nor starts one) when either run has no prompt tokens there.
+same bucket, and TTFT p99; after the fault, the extra prompt tokens computed against the
+steady run and how many of them no Ready pod held. The goal: after the fault, no stretch of
+consecutive buckets whose ratio is below ``DIP_RATIO`` (90%) lasting longer than
+``DIP_LIMIT_S`` (60 s). A bucket's ratio is NaN (and ends no stretch nor starts one) when
+either run has no prompt tokens there.
 
 Deterministic; cost: one cluster simulation per scenario.
 """
@@ -27,10 +29,16 @@ Deterministic; cost: one cluster simulation per scenario.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prefixserving_lab.models.cluster import ClusterConfig, ClusterResult, ClusterSim, Tick
+from prefixserving_lab.models.cluster import (
+    ClusterConfig,
+    ClusterResult,
+    ClusterSim,
+    Outcome,
+    Tick,
+)
 from prefixserving_lab.models.cluster import hit_rate as outcomes_hit_rate
 from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle
 from prefixserving_lab.models.peer_routers import follows_kv_events, make_sim_policy
@@ -131,8 +139,36 @@ class Bucket:
 
 
 @dataclass(frozen=True, slots=True)
+class Misses:
+    """Where a fault's extra misses come from, over some requests.
+
+    ``extra_uncached_tokens``: prompt tokens computed beyond what the steady run computed for
+    the same requests. ``unheld_tokens``: the steady run's cache hits that no Ready pod held
+    when the faulted run routed the request (gone with a removed pod, or evicted): no
+    placement could have hit them. The rest of the extra went to a pod that did not hold what
+    another one did.
+    """
+
+    extra_uncached_tokens: int = 0
+    unheld_tokens: int = 0
+
+    @classmethod
+    def of(cls, outcomes: Sequence[Outcome], steady: Mapping[int, Outcome]) -> Misses:
+        """``outcomes`` of the faulted run against ``steady``'s outcomes by request index."""
+        extra = unheld = 0
+        for o in outcomes:
+            ref = steady.get(o.index)
+            steady_hit = ref.hit_tokens if ref is not None else 0
+            extra += steady_hit - o.hit_tokens
+            unheld += max(steady_hit - o.fleet_hit_tokens, 0)
+        return cls(extra, unheld)
+
+
+@dataclass(frozen=True, slots=True)
 class FaultSeries:
-    """One scenario over time, and the goal (module docstring)."""
+    """One scenario over time, and the goal (module docstring). ``misses_after``: the extra
+    misses of every request after the fault; ``misses_in_dip``: of those that arrived during
+    the longest dip (none when there is no dip)."""
 
     scenario: str
     hit_rate_after: float
@@ -142,6 +178,8 @@ class FaultSeries:
     lowest_of_steady: float
     longest_dip_s: float
     buckets: tuple[Bucket, ...]
+    misses_after: Misses = Misses()
+    misses_in_dip: Misses = Misses()
 
     @property
     def met(self) -> bool:
@@ -172,19 +210,23 @@ def series(
         )
     after = [b for b in buckets if b.start_s >= first * setup.bucket_s]
     longest = current = 0.0
+    dip_end_s = math.nan  # end of the longest dip's last bucket
     for b in after:
         if math.isnan(b.of_steady):
             continue
         current = current + setup.bucket_s if b.of_steady < DIP_RATIO else 0.0
-        longest = max(longest, current)
+        if current > longest:
+            longest, dip_end_s = current, b.start_s + setup.bucket_s
     ratios = [b.of_steady for b in after if not math.isnan(b.of_steady)]
 
-    def later(r: ClusterResult) -> list:
+    def later(r: ClusterResult) -> list[Outcome]:
         return [o for o in r.outcomes if o.arrival_s >= setup.fault_s]
 
     def p99(r: ClusterResult) -> float:
         return quantile((o.ttft_s for o in later(r) if o.ttft_s is not None), 0.99)
 
+    by_index = {o.index: o for o in steady.outcomes}
+    in_dip = [o for o in later(result) if dip_end_s - longest <= o.arrival_s < dip_end_s]
     return FaultSeries(
         scenario,
         outcomes_hit_rate(later(result)),
@@ -194,6 +236,8 @@ def series(
         min(ratios) if ratios else math.nan,
         longest,
         tuple(buckets),
+        Misses.of(later(result), by_index),
+        Misses.of(in_dip, by_index),
     )
 
 

@@ -15,12 +15,9 @@ from prefixserving_lab.cli.cluster import DEFAULT_TRACE
 from prefixserving_lab.cli.options import command_line, load_s_option, out_dir_option, policy_names
 from prefixserving_lab.machine import machine
 from prefixserving_lab.models.fleet import PodLifecycle
-from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.reports.faults import write_fault_results
-from prefixserving_lab.runners.cluster import OURS, PEERS, Workload, auto_cache_blocks
-from prefixserving_lab.runners.faults import FaultSetup, run_faults
-from prefixserving_lab.workloads.blocks import scale_arrivals
-from prefixserving_lab.workloads.traces import load_mooncake
+from prefixserving_lab.runners.cluster import OURS, PEERS
+from prefixserving_lab.runners.faults import FaultSetup, run_faults, trace_inputs
 
 
 @click.command()
@@ -83,9 +80,7 @@ def faults(
         raise click.BadParameter(
             f"{engines_out} must be fewer than --replicas ({replicas})", param_hint="--engines-out"
         )
-    workload = Workload(trace.stem, tuple(load_mooncake(trace)))
-    base = ServiceModel()
-    service = replace(base, cache_blocks=auto_cache_blocks(workload, replicas))
+    requests, service = trace_inputs(trace, replicas, time_scale)
     setup = FaultSetup(
         replicas=replicas,
         routers=routers,
@@ -95,7 +90,6 @@ def faults(
         bucket_s=bucket_s,
         lifecycle=PodLifecycle(load_s=load_s),
     )
-    requests = scale_arrivals(workload.requests, time_scale)
     record = machine()
     started = time.monotonic()
     runs = {
@@ -106,7 +100,7 @@ def faults(
         "command": command_line(click.get_current_context()),
         "machine": record,
         "wall_s": time.monotonic() - started,
-        "workload": workload.name,
+        "workload": trace.stem,
         "time_scale": time_scale,
         "service": ", ".join(f"{k}={v}" for k, v in asdict(service).items()),
         "setup": asdict(setup),

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from prefixserving_lab.models.cluster import (
     ClusterConfig,
@@ -44,8 +46,10 @@ from prefixserving_lab.models.fleet import Fleet, HotPrefixWindow, PodLifecycle
 from prefixserving_lab.models.peer_routers import follows_kv_events, make_sim_policy
 from prefixserving_lab.models.replica import ServiceModel
 from prefixserving_lab.models.rollout import RollingUpdate
+from prefixserving_lab.runners.cluster import Workload, auto_cache_blocks
 from prefixserving_lab.stats import quantile
-from prefixserving_lab.workloads.traces import TraceRequest
+from prefixserving_lab.workloads.blocks import scale_arrivals
+from prefixserving_lab.workloads.traces import TraceRequest, load_mooncake
 
 SCENARIOS = (
     "steady",
@@ -106,6 +110,29 @@ class _Fault:
                 self.fleet.scale_to(sim, self.setup.replicas - self.setup.engines_out)
             else:
                 self.fleet.scale_to(sim, self.setup.replicas)
+
+
+def trace_inputs(
+    trace: Path, replicas: int, time_scale: float
+) -> tuple[list[TraceRequest], ServiceModel]:
+    """The requests of a Mooncake-format ``trace`` at ``time_scale`` x its pace and the replica
+    model, its cache sized for ``replicas`` (:func:`auto_cache_blocks`)."""
+    workload = Workload(trace.stem, tuple(load_mooncake(trace)))
+    service = replace(ServiceModel(), cache_blocks=auto_cache_blocks(workload, replicas))
+    return scale_arrivals(workload.requests, time_scale), service
+
+
+def rerun(meta: Mapping[str, Any], trace: Path, policy: str, scenario: str) -> FaultSeries:
+    """One ``policy``'s ``scenario`` of a results file whose run wrote ``meta`` (the file's
+    top level: its ``setup`` and ``time_scale``), replayed on ``trace``, against its steady
+    run. Deterministic: equal to the file's series while the simulator, the policy and the
+    trace are unchanged. Cost: two cluster simulations."""
+    recorded = dict(meta["setup"])
+    lifecycle = PodLifecycle(**recorded.pop("lifecycle"))
+    setup = FaultSetup(**{**recorded, "policy": policy, "lifecycle": lifecycle})
+    requests, service = trace_inputs(trace, setup.replicas, meta["time_scale"])
+    steady = run_scenario(requests, setup, service, "steady")
+    return series(scenario, run_scenario(requests, setup, service, scenario), steady, setup)
 
 
 def run_scenario(

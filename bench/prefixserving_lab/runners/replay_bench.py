@@ -16,7 +16,7 @@ same workload; :mod:`.replay_metrics`, :mod:`.replay_overhead` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,44 @@ def _at_load(
     if load is not None:
         workload = replace(workload, name=f"{workload.name}@{load:g}")
     return workload, suite.role(name), load
+
+
+# CLI options (as a result file records them) that shape the standard workloads and engine.
+_RERUN_OPTIONS = (
+    "scale",
+    "seed",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "cost_model_name",
+    "cache_blocks",
+    "cache_fraction",
+)
+
+
+def rerun(options: Mapping[str, Any], row: str, policy: str) -> dict[str, Any]:
+    """Replay ``policy`` on one ``row`` (``workload@load``) of a result file whose command ran
+    with ``options`` (the file's ``settings.options``); returns the run's metrics
+    (:func:`summarize`). All but ``MACHINE_METRICS`` equal the file's while the scheduler, the
+    workload code and vLLM are unchanged. Rows of standard workloads with a named cost model
+    only (ValueError otherwise). Cost: one replay."""
+    if options.get("trace") or options.get("cost"):
+        raise ValueError("only rows of standard workloads with a named cost model can be re-run")
+    name, _, load = row.partition("@")
+    spec = BenchmarkSpec(
+        policies=[policy],
+        workload_names=[name],
+        loads=[float(load)] if load else [],
+        **{k: options[k] for k in _RERUN_OPTIONS if k in options},
+    )
+    workload, _, _ = next(build_workloads(spec))
+    if workload.name != row:
+        raise ValueError(f"row {row!r} rebuilt as {workload.name!r}")
+    cost = spec.cost_model()
+    return summarize(
+        replay(policy, scheduler_class(policy), workload, cost), ttft_slo_s(workload, cost)
+    )
 
 
 def _count_instructions(

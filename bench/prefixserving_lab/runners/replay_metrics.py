@@ -15,6 +15,10 @@
   (:func:`ttft_slo_s`), over the same span as throughput; ``slo_attainment``: their share.
 - ``preemptions``: requests vLLM preempted (summed over steps).
 - ``longest_sibling_wait_s``: from the policy's own stats when it reports one.
+
+Every metric is a function of the simulation alone, so a replay of the same workload with the
+same scheduler and vLLM reproduces it exactly, except ``MACHINE_METRICS`` (CPU and wall time of
+the machine that ran it).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:  # the replay and workloads import vLLM; these figures need on
     from prefixserving_lab.workloads.segments import Workload
 
 SIBLING_WAIT_KEYS = ("longest_sibling_wait_s", "max_sibling_wait_s")
+MACHINE_METRICS = ("schedule_cpu_ms_per_step", "wall_s")
 # Goodput's TTFT SLO, as a multiple of the median prompt's prefill on an idle engine.
 TTFT_SLO_FACTOR = 3.0
 

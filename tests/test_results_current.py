@@ -53,7 +53,8 @@ def _checked_files() -> list[Path]:
 
 
 def test_every_sweep_and_comparison_file_is_checked() -> None:
-    """The four sweeps and the response-ratio comparisons each have a row to re-run."""
+    """The sweeps (scale 0.125 and full size) and the response-ratio comparisons each have a
+    row to re-run."""
     names = {path.stem for path in _checked_files()}
     assert {
         "replay-sweep-default",
@@ -62,6 +63,8 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-sweep-gpu-headers",
         "replay-response-ratio",
         "replay-response-ratio-gpu",
+        "replay-sweep-full-default",
+        "replay-sweep-full-gpu",
     } <= names
 
 

@@ -2,7 +2,8 @@
 
 ``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
 (:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16`` PEEK with one setting
-changed (:mod:`.peek_variants`), the others are the baselines in
+changed and ``peek_block_reserve`` an experiment on its decode headroom
+(:mod:`.peek_variants`), the others are the baselines in
 :mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s constructor.
 """
 
@@ -22,6 +23,9 @@ POLICIES: dict[str, str] = {
     "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",
     "peek": constants.PEEK_SCHEDULER_CLS.replace(".PeekScheduler", ":PeekScheduler"),
     "peek_rr16": "prefixserving_lab.models.schedulers.peek_variants:PeekResponseRatio16Scheduler",
+    "peek_block_reserve": (
+        "prefixserving_lab.models.schedulers.peek_variants:PeekBlockReserveScheduler"
+    ),
     "lpm_uncapped": "prefixserving_lab.models.schedulers.sglang:UncappedLpmScheduler",
     "sglang_lpm": "prefixserving_lab.models.schedulers.sglang:SglangLpmScheduler",
     "sglang_hrrn": "prefixserving_lab.models.schedulers.sglang:SglangHrrnScheduler",

@@ -1,6 +1,7 @@
 """The committed benchmark results are the shipped code's: parts of the result files, run
-again with the options each file records, give the committed figures exactly. Both benchmarks
-checked here are deterministic simulations (only CPU and wall times depend on the machine).
+again with the options each file records, give the committed figures exactly. The three
+benchmarks checked here are deterministic simulations (only CPU and wall times depend on the
+machine).
 
 - ``bench replay``: one row of each file, PEEK and FCFS. The row is the cheapest one where PEEK
   reorders (admits from its cache lane) and holds siblings, so the check covers what PEEK adds
@@ -53,8 +54,8 @@ def _checked_files() -> list[Path]:
 
 
 def test_every_sweep_and_comparison_file_is_checked() -> None:
-    """The sweeps (scale 0.125 and full size) and the response-ratio comparisons each have a
-    row to re-run."""
+    """The sweeps (scale 0.125 and full size) and the comparisons of PEEK's variants each have
+    a row to re-run."""
     names = {path.stem for path in _checked_files()}
     assert {
         "replay-sweep-default",
@@ -65,6 +66,8 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-response-ratio-gpu",
         "replay-sweep-full-default",
         "replay-sweep-full-gpu",
+        "replay-decode-headroom",
+        "replay-decode-headroom-gpu",
     } <= names
 
 

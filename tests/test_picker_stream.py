@@ -63,15 +63,25 @@ def conversation(i: int) -> bytes:
 ONE_SCRAPE = PoolConfig(scrape_interval_s=3600.0, scrape_timeout_s=30.0, dns_interval_s=3600.0)
 
 
+def home_of(raw: bytes, urls: list[str], key_config: KeyConfig) -> str:
+    """The engine prefix-affinity ranks first for ``raw`` (a fresh policy, equal loads)."""
+    blocks = chat_key(json.loads(raw), key_config).blocks
+    return make_policy("prefix-affinity").select(RoutingContext(blocks, tuple(urls))).backend
+
+
 async def test_the_pick_is_the_http_routers_choice_for_the_same_requests_and_loads() -> None:
     """Both read the same engines' /metrics (unequal queues, so some prefixes spill) and see
-    the same requests in the same order: every decision, fallbacks included, is the same."""
-    queues = [0.0, 12.0, 40.0]
+    the same requests in the same order: every decision, fallbacks included, is the same.
+    The longest queue is on the first conversation's home engine, so its requests spill
+    whatever ports the engines got (the ranking hashes their URLs)."""
     async with fake_engines(3) as engines:
-        for (engine, _), waiting in zip(engines, queues, strict=True):
-            engine.waiting = waiting
         urls = [url for _, url in engines]
         key_config = KeyConfig(base_model="fake-model")
+        home = home_of(conversation(0), urls, key_config)
+        others = iter([0.0, 12.0])
+        queues = [40.0 if url == home else next(others) for url in urls]
+        for (engine, _), waiting in zip(engines, queues, strict=True):
+            engine.waiting = waiting
         # Each pool scrapes once, so both decide on the same snapshot however slow the machine
         # (a rescrape in the loop could see a request in flight, or time out and eject).
         picker_side = picker_router(urls, pool_config=ONE_SCRAPE)

@@ -246,24 +246,25 @@ def series(
             longest, dip_end_s = current, b.start_s + setup.bucket_s
     ratios = [b.of_steady for b in after if not math.isnan(b.of_steady)]
 
-    def later(r: ClusterResult) -> list[Outcome]:
-        return [o for o in r.outcomes if o.arrival_s >= setup.fault_s]
+    mine_after, steady_after = (
+        [o for o in r.outcomes if o.arrival_s >= setup.fault_s] for r in (result, steady)
+    )
 
-    def p99(r: ClusterResult) -> float:
-        return quantile((o.ttft_s for o in later(r) if o.ttft_s is not None), 0.99)
+    def p99(outcomes: list[Outcome]) -> float:
+        return quantile((o.ttft_s for o in outcomes if o.ttft_s is not None), 0.99)
 
     by_index = {o.index: o for o in steady.outcomes}
-    in_dip = [o for o in later(result) if dip_end_s - longest <= o.arrival_s < dip_end_s]
+    in_dip = [o for o in mine_after if dip_end_s - longest <= o.arrival_s < dip_end_s]
     return FaultSeries(
         scenario,
-        outcomes_hit_rate(later(result)),
-        outcomes_hit_rate(later(steady)),
-        p99(result),
-        p99(steady),
+        outcomes_hit_rate(mine_after),
+        outcomes_hit_rate(steady_after),
+        p99(mine_after),
+        p99(steady_after),
         min(ratios) if ratios else math.nan,
         longest,
         tuple(buckets),
-        Misses.of(later(result), by_index),
+        Misses.of(mine_after, by_index),
         Misses.of(in_dip, by_index),
     )
 

@@ -23,6 +23,19 @@ def test_a_bad_response_ratio_names_the_variable(raw: str, message: str) -> None
     assert constants.ENV_MAX_RESPONSE_RATIO in str(caught.value)
 
 
+def test_the_decode_reserve_defaults_to_none_and_reads_its_variable() -> None:
+    assert PeekSettings.from_env({}).decode_reserve_blocks == 0
+    env = {constants.ENV_DECODE_RESERVE_BLOCKS: "2"}
+    assert PeekSettings.from_env(env).decode_reserve_blocks == 2
+
+
+@pytest.mark.parametrize(("raw", "message"), [("one", "is not a whole number"), ("-1", ">= 0")])
+def test_a_bad_decode_reserve_names_the_variable_and_an_example(raw: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        PeekSettings.from_env({constants.ENV_DECODE_RESERVE_BLOCKS: raw})
+    assert constants.ENV_DECODE_RESERVE_BLOCKS in str(caught.value)
+
+
 def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
     """docs/peek.md's table of engine variables states each default as PeekSettings has it
     (it once said 256 overtakes while the engine used 128)."""
@@ -43,6 +56,7 @@ def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
         constants.ENV_LANES: defaults.lanes,
         constants.ENV_MAX_OVERTAKES: defaults.max_overtakes,
         constants.ENV_MAX_RESPONSE_RATIO: defaults.max_response_ratio,
+        constants.ENV_DECODE_RESERVE_BLOCKS: defaults.decode_reserve_blocks,
     }
     assert set(rows) == set(expected), rows
     for name, value in expected.items():

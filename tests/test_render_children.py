@@ -131,6 +131,17 @@ def test_engine_runs_vllm_with_the_operator_owned_flags_and_peek() -> None:
     assert env[constants.ENV_PIN_BUDGET_FRACTION] == "0.2"
     assert env[constants.ENV_LANES] == "false"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert constants.ENV_DECODE_RESERVE_BLOCKS not in env  # default: the engine's own
+
+
+def test_a_decode_reserve_reaches_the_engine_and_the_engine_reads_it() -> None:
+    """Rendered only when set (adding it to every template would roll every engine on an
+    operator upgrade); the engine reads the rendered value."""
+    from prefixserving.peek.settings import PeekSettings
+
+    env = env_of(engine_container(render({"scheduler": {"decodeReserveBlocks": 1}})))
+    assert env[constants.ENV_DECODE_RESERVE_BLOCKS] == "1"
+    assert PeekSettings.from_env(env).decode_reserve_blocks == 1
 
 
 def test_fcfs_scheduler_has_no_peek_flag_or_env() -> None:

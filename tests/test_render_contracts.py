@@ -58,6 +58,7 @@ def test_peek_scheduler_accepts_the_rendered_settings(name: str) -> None:
         assert settings.pin_budget_fraction == scheduler.pin_budget_fraction
         assert settings.lanes is scheduler.lanes
         assert settings.max_overtakes == scheduler.max_overtakes
+        assert settings.decode_reserve_blocks == scheduler.decode_reserve_blocks
 
 
 def test_spec_scheduler_defaults_are_the_engines_own() -> None:
@@ -70,6 +71,7 @@ def test_spec_scheduler_defaults_are_the_engines_own() -> None:
     assert spec.pin_budget_fraction == engine.pin_budget_fraction
     assert spec.lanes is engine.lanes
     assert spec.max_overtakes == engine.max_overtakes
+    assert spec.decode_reserve_blocks == engine.decode_reserve_blocks
 
 
 @pytest.mark.slow  # imports vLLM in a subprocess (tens of seconds on two cores)

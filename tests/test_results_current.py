@@ -3,10 +3,10 @@ again with the options each file records, give the committed figures exactly. Th
 benchmarks checked here are deterministic simulations (only CPU and wall times depend on the
 machine).
 
-- ``bench replay``: one row of each file, PEEK and FCFS. The row is the cheapest one where PEEK
-  reorders (admits from its cache lane) and holds siblings, so the check covers what PEEK adds
-  at the least cost. A change to one of the other baselines alone is not caught: that needs
-  their rows re-run too (about 30 s a row).
+- ``bench replay``: one row of each file, PEEK, its setting variants where the file has them,
+  and FCFS. The row is the cheapest one where PEEK reorders (admits from its cache lane) and
+  holds siblings, so the check covers what PEEK adds at the least cost. A change to one of the
+  other baselines alone is not caught: that needs their rows re-run too (about 30 s a row).
 - ``bench faults``: prefix-affinity in every scenario.
 - ``bench cluster --name cluster-routers``: prefix-affinity with and without engine events on
   the Mooncake trace, 8 engines, every router count.
@@ -28,7 +28,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 RERUN = "Re-run the file with its command (README.md, Reproduce)."
-REPLAY_POLICIES = ("peek", "fcfs")
+# PEEK, its setting variants (lab: models/schedulers/peek_variants.py) and the baseline.
+REPLAY_POLICIES = ("peek", "peek_rr16", "peek_block_reserve", "fcfs")
 
 
 def _row(data: dict[str, Any]) -> str | None:
@@ -53,6 +54,17 @@ def _checked_files() -> list[Path]:
     ]
 
 
+def _replay_cases() -> list[tuple[Path, str]]:
+    """(file, policy) for every policy of ``REPLAY_POLICIES`` that the file's row ran."""
+    cases = []
+    for path in _checked_files():
+        data = json.loads(path.read_text())
+        row = _row(data)
+        (ran,) = [w["runs"] for w in data["workloads"] if w["name"] == row]
+        cases += [(path, policy) for policy in REPLAY_POLICIES if policy in ran]
+    return cases
+
+
 def test_every_sweep_and_comparison_file_is_checked() -> None:
     """The sweeps (scale 0.125 and full size) and the comparisons of PEEK's variants each have
     a row to re-run."""
@@ -72,8 +84,9 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", REPLAY_POLICIES)
-@pytest.mark.parametrize("path", _checked_files(), ids=lambda path: path.stem)
+@pytest.mark.parametrize(
+    ("path", "policy"), _replay_cases(), ids=lambda case: getattr(case, "stem", case)
+)
 def test_a_committed_row_replays_to_the_same_figures(path: Path, policy: str) -> None:
     from prefixserving_lab.runners.replay_bench import rerun
     from prefixserving_lab.runners.replay_metrics import MACHINE_METRICS

@@ -1,7 +1,8 @@
 """Results of a replay benchmark: ratios against FCFS, the issue's goals, JSON and markdown.
 
-Goals checked for ``peek`` on every workload and load point (each row says met or missed,
-with the figures; "baselines" are every other policy of the run, FCFS included):
+Goals checked for ``peek`` and each of its setting variants in the run (``PEEK_POLICIES``),
+on every workload and load point (each row says met or missed, with the figures; "baselines"
+are the run's other policies, FCFS included, never a PEEK setting):
 
 - ``hit_rate_best`` (sharing): hit rate >= the best baseline's;
 - ``ttft_p50_best`` (sharing): TTFT p50 <= the best baseline's;
@@ -11,7 +12,8 @@ with the figures; "baselines" are every other policy of the run, FCFS included):
 - ``tpot_p50_1.1x`` (sharing): TPOT p50 <= 1.1 x FCFS's;
 - ``control_2pct`` (the no-sharing control): TTFT p50 and p99 and throughput within 2 % of
   FCFS;
-- ``overhead_10pct``: scheduler CPU time per step at 1,000 waiting <= 1.10 x FCFS;
+- ``overhead_10pct`` (``peek`` only): scheduler CPU time per step at 1,000 waiting <= 1.10 x
+  FCFS;
 - ``overhead_10pct_cycles``: the same bound on callgrind's estimated cycles per step (a
   deterministic count; :mod:`prefixserving_lab.runners.callgrind`), when they were counted.
 
@@ -23,11 +25,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from prefixserving_lab.machine import machine, machine_line
-from prefixserving_lab.models.schedulers.registry import BASELINE
+from prefixserving_lab.models.schedulers.registry import BASELINE, PEEK_POLICIES
 from prefixserving_lab.reports.files import write_results
 
 CANDIDATE = "peek"
@@ -65,36 +68,26 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 def goals(
     workloads: Sequence[dict[str, Any]], overhead: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Evaluate the issue's goals for PEEK (module docstring); a workload's ``role`` says
-    which apply."""
+    """Evaluate the issue's goals for each PEEK setting of the run (module docstring); a
+    workload's ``role`` says which apply."""
     rows: list[dict[str, Any]] = []
     for w in workloads:
         runs, name = w["runs"], w["name"]
-        if CANDIDATE not in runs or BASELINE not in runs:
+        if BASELINE not in runs:
             continue
-        if w.get("role") == "sharing":
-            rows += _sharing_goals(name, runs)
-        elif w.get("role") == "control":
-            peek, fcfs = runs[CANDIDATE], runs[BASELINE]
-            devs = {
-                "ttft_p50": _dev(peek["ttft_s"]["p50"], fcfs["ttft_s"]["p50"]),
-                "ttft_p99": _dev(peek["ttft_s"]["p99"], fcfs["ttft_s"]["p99"]),
-                "throughput": _dev(peek["throughput_rps"], fcfs["throughput_rps"]),
-            }
-            rows.append(
-                _goal(
-                    "control_2pct",
-                    name,
-                    all(d <= CONTROL_TOLERANCE for d in devs.values()),
-                    ", ".join(f"{k} {100 * d:.2f}%" for k, d in devs.items()),
-                )
-            )
+        baselines = {p: m for p, m in runs.items() if p not in PEEK_POLICIES}
+        for candidate in (p for p in PEEK_POLICIES if p in runs):
+            if w.get("role") == "sharing":
+                rows += _sharing_goals(name, candidate, runs[candidate], baselines)
+            elif w.get("role") == "control":
+                rows.append(_control_goal(name, candidate, runs[candidate], runs[BASELINE]))
     at = {o["policy"]: o for o in overhead if o["waiting"] == OVERHEAD_WAITING}
     if CANDIDATE in at and BASELINE in at:
         x = at[CANDIDATE]["x_fcfs"]
         rows.append(
             _goal(
                 "overhead_10pct",
+                CANDIDATE,
                 f"{OVERHEAD_WAITING} waiting",
                 x <= OVERHEAD_GOAL,
                 f"peek {at[CANDIDATE]['total_ms']:.3f} ms/step vs fcfs "
@@ -106,6 +99,7 @@ def goals(
             rows.append(
                 _goal(
                     "overhead_10pct_cycles",
+                    CANDIDATE,
                     f"{OVERHEAD_WAITING} waiting",
                     x <= OVERHEAD_GOAL,
                     f"peek {at[CANDIDATE]['cycles_per_step'] / 1e6:.2f} M estimated cycles/step "
@@ -124,44 +118,67 @@ BEST_OF_GOALS: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, str], .
 )
 
 
-def _sharing_goals(name: str, runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    peek, fcfs = runs[CANDIDATE], runs[BASELINE]
-    others = {p: m for p, m in runs.items() if p != CANDIDATE}
+def _sharing_goals(
+    name: str, candidate: str, mine: dict[str, Any], baselines: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     rows = []
     for goal, figure, higher, fmt in BEST_OF_GOALS:
-        who = (max if higher else min)(others, key=lambda p: figure(others[p]))
-        mine, best = figure(peek), figure(others[who])
-        met = mine >= best - EPS if higher else mine <= best + EPS
-        rows.append(
-            _goal(goal, name, met, f"peek {fmt.format(mine)} vs best {who} {fmt.format(best)}")
-        )
-    refs = {p: runs[p]["ttft_s"]["p99"] for p in (BASELINE, HRRN) if p in runs}
+        who = (max if higher else min)(baselines, key=lambda p: figure(baselines[p]))
+        value, best = figure(mine), figure(baselines[who])
+        met = value >= best - EPS if higher else value <= best + EPS
+        detail = f"{candidate} {fmt.format(value)} vs best {who} {fmt.format(best)}"
+        rows.append(_goal(goal, candidate, name, met, detail))
+    refs = {p: baselines[p]["ttft_s"]["p99"] for p in (BASELINE, HRRN) if p in baselines}
     rows.append(
         _goal(
             "ttft_p99_fcfs_hrrn",
+            candidate,
             name,
-            all(peek["ttft_s"]["p99"] <= v + EPS for v in refs.values()),
-            f"peek {peek['ttft_s']['p99']:.3f}s vs "
+            all(mine["ttft_s"]["p99"] <= v + EPS for v in refs.values()),
+            f"{candidate} {mine['ttft_s']['p99']:.3f}s vs "
             + ", ".join(f"{p} {v:.3f}s" for p, v in refs.items()),
         )
     )
-    tpot, base = peek.get("tpot_s", {}).get("p50"), fcfs.get("tpot_s", {}).get("p50")
+    tpot = mine.get("tpot_s", {}).get("p50")
+    base = baselines[BASELINE].get("tpot_s", {}).get("p50")
     if tpot is not None and base:
         rows.append(
             _goal(
                 "tpot_p50_1.1x",
+                candidate,
                 name,
                 tpot <= TPOT_GOAL * base + EPS,
-                f"peek {1e3 * tpot:.2f} ms vs fcfs {1e3 * base:.2f} ms (x{tpot / base:.3f})",
+                f"{candidate} {1e3 * tpot:.2f} ms vs fcfs {1e3 * base:.2f} ms (x{tpot / base:.3f})",
             )
         )
     return rows
 
 
+def _control_goal(
+    name: str, candidate: str, mine: dict[str, Any], fcfs: dict[str, Any]
+) -> dict[str, Any]:
+    devs = {
+        "ttft_p50": _dev(mine["ttft_s"]["p50"], fcfs["ttft_s"]["p50"]),
+        "ttft_p99": _dev(mine["ttft_s"]["p99"], fcfs["ttft_s"]["p99"]),
+        "throughput": _dev(mine["throughput_rps"], fcfs["throughput_rps"]),
+    }
+    return _goal(
+        "control_2pct",
+        candidate,
+        name,
+        all(d <= CONTROL_TOLERANCE for d in devs.values()),
+        ", ".join(f"{k} {100 * d:.2f}%" for k, d in devs.items()),
+    )
+
+
 def goal_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per goal: how many of its rows are met, out of how many."""
-    total, met = Counter(g["goal"] for g in rows), Counter(g["goal"] for g in rows if g["met"])
-    return [{"goal": goal, "met": met[goal], "rows": n} for goal, n in total.items()]
+    """Per PEEK setting and goal: how many of its rows are met, out of how many."""
+    key = itemgetter("policy", "goal")
+    total, met = Counter(map(key, rows)), Counter(key(g) for g in rows if g["met"])
+    return [
+        {"policy": policy, "goal": goal, "met": met[policy, goal], "rows": n}
+        for (policy, goal), n in total.items()
+    ]
 
 
 def over_budget(overhead: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -181,8 +198,8 @@ def _dev(value: float, base: float) -> float:
     return abs(value / base - 1) if base else 0.0
 
 
-def _goal(goal: str, scope: str, met: bool, detail: str) -> dict[str, Any]:
-    return {"goal": goal, "scope": scope, "met": met, "detail": detail}
+def _goal(goal: str, policy: str, scope: str, met: bool, detail: str) -> dict[str, Any]:
+    return {"goal": goal, "policy": policy, "scope": scope, "met": met, "detail": detail}
 
 
 def write(out_dir: Path, name: str, result: dict[str, Any]) -> tuple[Path, Path]:
@@ -238,17 +255,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     if result["goals"]:
-        lines += ["## Goals (PEEK): rows met", "", "| goal | met | rows |", "|---|---|---|"]
-        for g in goal_summary(result["goals"]):
-            lines.append(f"| {g['goal']} | {g['met']} | {g['rows']} |")
-        lines += ["", "## Goals (PEEK), row by row", ""]
-        lines += ["| goal | scope | met | figures |", "|---|---|---|---|"]
-        for g in result["goals"]:
-            lines.append(
-                f"| {g['goal']} | {g['scope']} | {'met' if g['met'] else 'MISSED'} | "
-                f"{g['detail']} |"
-            )
-        lines.append("")
+        lines += _goal_tables(result["goals"])
     if result["overhead"]:
         lines += _overhead_table(result["overhead"])
     if result.get("overhead_profile"):
@@ -258,6 +265,31 @@ def markdown(result: dict[str, Any]) -> str:
     for w in result["workloads"]:
         lines += _workload_table(w)
     return "\n".join(lines)
+
+
+def _goal_tables(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows met per goal (a column per PEEK setting of the run), then every row."""
+    summary = goal_summary(rows)
+    policies = list(dict.fromkeys(g["policy"] for g in summary))
+    cells = {(g["policy"], g["goal"]): f"{g['met']} / {g['rows']}" for g in summary}
+    lines = ["## Goals (PEEK): rows met", ""]
+    lines += ["| goal | " + " | ".join(policies) + " |", "|---" * (len(policies) + 1) + "|"]
+    for goal in dict.fromkeys(g["goal"] for g in summary):
+        lines.append(
+            f"| {goal} | " + " | ".join(cells.get((p, goal), "-") for p in policies) + " |"
+        )
+    lines += ["", "## Goals (PEEK), row by row", ""]
+    if len(policies) == 1:
+        lines += ["| goal | scope | met | figures |", "|---|---|---|---|"]
+    else:
+        lines += ["| goal | policy | scope | met | figures |", "|---|---|---|---|---|"]
+    for g in rows:
+        policy = f" {g['policy']} |" if len(policies) > 1 else ""
+        lines.append(
+            f"| {g['goal']} |{policy} {g['scope']} | {'met' if g['met'] else 'MISSED'} | "
+            f"{g['detail']} |"
+        )
+    return [*lines, ""]
 
 
 def _workload_table(w: dict[str, Any]) -> list[str]:

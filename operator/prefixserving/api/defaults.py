@@ -16,6 +16,7 @@ from prefixserving import constants
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
 from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
+from prefixserving.peek.settings import DEFAULT_DECODE_RESERVE_BLOCKS
 
 NAMESPACE: Final = "default"
 
@@ -51,6 +52,7 @@ MAX_SIBLING_WAIT_MS: Final = round(DEFAULT_MAX_SIBLING_WAIT_S * 1000)
 PIN_BUDGET_FRACTION: Final = DEFAULT_PIN_BUDGET_FRACTION
 LANES: Final = True
 MAX_OVERTAKES: Final = DEFAULT_MAX_OVERTAKES
+DECODE_RESERVE_BLOCKS: Final = DEFAULT_DECODE_RESERVE_BLOCKS
 # not a spec field: the lanes' response-ratio bound, named in the lanes field's description
 PEEK_MAX_RESPONSE_RATIO: Final = MAX_RESPONSE_RATIO
 

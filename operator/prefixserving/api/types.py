@@ -292,6 +292,17 @@ class SchedulerSpec(ApiModel):
             "the extra wait reordering can cause (0: arrival order)."
         ),
     )
+    decode_reserve_blocks: int = Field(
+        default=defaults.DECODE_RESERVE_BLOCKS,
+        ge=0,
+        le=64,
+        description=(
+            "KV blocks decode headroom keeps free for each running request, on top of what the "
+            "running requests allocate next step, before the lanes admit a waiting request. "
+            "0: best TTFT; 1: fewer preemptions and TPOT close to vLLM's own scheduler under "
+            "overload, for a higher TTFT (docs/peek.md, Decode headroom)."
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------------- placement

@@ -62,6 +62,7 @@ OWNED_ENV: tuple[str, ...] = (
     constants.ENV_PIN_BUDGET_FRACTION,
     constants.ENV_LANES,
     constants.ENV_MAX_OVERTAKES,
+    constants.ENV_DECODE_RESERVE_BLOCKS,
     "HF_HOME",
     "HF_TOKEN",
 )

@@ -5,8 +5,8 @@ asynchronously, ``AsyncScheduler``: see the class) and keeps its ``schedule()``:
 
 * replaces ``self.waiting`` with :class:`PeekRequestQueue` (vLLM's full ``RequestQueue``
   contract, in PEEK order; see :mod:`prefixserving.peek.queue`),
-* before each ``super().schedule()``: calls ``begin_step`` (pioneers, eviction guard, the next
-  step's decode reserve) and moves running pioneers that siblings wait for to the front of
+* before each ``super().schedule()``: calls ``begin_step`` (pioneers, eviction guard, the
+  decode reserve) and moves running pioneers that siblings wait for to the front of
   ``self.running`` (their later chunks are scheduled first and they are preempted last);
   releases the guard's pins after a step that preempted, before a prefix-cache reset and at
   shutdown,
@@ -276,7 +276,7 @@ class PeekScheduler(Scheduler):
         }
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.begin_step(self.clock(), self._window_blocks, self._next_step_blocks())
+        self.waiting.begin_step(self.clock(), self._window_blocks, self._decode_reserve_blocks())
         if self.waiting.num_held:
             self._pioneers_first()
         output = super().schedule(*args, **kwargs)
@@ -299,17 +299,19 @@ class PeekScheduler(Scheduler):
             self._metrics_writer.write(self.peek_snapshot())
         return outputs
 
-    def _next_step_blocks(self) -> int | None:
-        """Blocks the running requests are still to allocate before they all decode: one for
-        each decode whose next token starts a block, and the rest of each prefill beyond this
-        step's chunk (capped by ``long_prefill_token_threshold`` or the token budget).
-        None when nothing runs. O(running)."""
+    def _decode_reserve_blocks(self) -> int | None:
+        """Blocks decode headroom keeps for the running requests: those they are still to
+        allocate before they all decode (one for each decode whose next token starts a block,
+        and the rest of each prefill beyond this step's chunk, capped by
+        ``long_prefill_token_threshold`` or the token budget), plus
+        ``decode_reserve_blocks`` for each of them (their next blocks of output). None when
+        nothing runs. O(running)."""
         if not self.running:
             return None
         block_size = self.block_size
         threshold = self.scheduler_config.long_prefill_token_threshold
         chunk = threshold if threshold > 0 else self.max_num_scheduled_tokens
-        blocks = 0
+        blocks = self.peek_settings.decode_reserve_blocks * len(self.running)
         for request in self.running:
             computed, prompt = request.num_computed_tokens, request.num_prompt_tokens
             if computed >= prompt:

@@ -16,6 +16,11 @@ variable                                  default  meaning
                                                    vLLM's own order
 ``PREFIXSERVING_MAX_OVERTAKES``           128      most younger requests admitted ahead of any
                                                    waiting request (0: arrival order)
+``PREFIXSERVING_DECODE_RESERVE_BLOCKS``   0        KV blocks decode headroom keeps for each
+                                                   running request beyond what the running
+                                                   requests allocate in the next step (1: about
+                                                   FCFS's preemptions and TPOT under overload,
+                                                   at some TTFT cost; docs/peek.md)
 ``PREFIXSERVING_MAX_RESPONSE_RATIO``      8        response ratio from which the aged lane goes
                                                    first (:mod:`.lanes`; not in the spec: set it
                                                    through ``spec.engine.env``)
@@ -29,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prefixserving.constants import (
+    ENV_DECODE_RESERVE_BLOCKS,
     ENV_LANES,
     ENV_MAX_OVERTAKES,
     ENV_MAX_RESPONSE_RATIO,
@@ -38,6 +44,10 @@ from prefixserving.constants import (
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
 from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
+
+# Decode headroom's blocks per running request on top of the next step's (measured at 0 and 1:
+# bench/results/replay-decode-headroom*.md).
+DEFAULT_DECODE_RESERVE_BLOCKS = 0
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -52,6 +62,7 @@ class PeekSettings:
     lanes: bool = True
     max_overtakes: int = DEFAULT_MAX_OVERTAKES
     max_response_ratio: float = MAX_RESPONSE_RATIO
+    decode_reserve_blocks: int = DEFAULT_DECODE_RESERVE_BLOCKS
 
     def __post_init__(self) -> None:
         if self.max_sibling_wait_ms < 0:
@@ -62,6 +73,8 @@ class PeekSettings:
             raise ValueError(f"{ENV_MAX_OVERTAKES} must be >= 0")
         if self.max_response_ratio < 1.0:
             raise ValueError(f"{ENV_MAX_RESPONSE_RATIO} must be >= 1 (1: always the aged lane)")
+        if self.decode_reserve_blocks < 0:
+            raise ValueError(f"{ENV_DECODE_RESERVE_BLOCKS} must be >= 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PeekSettings:
@@ -75,9 +88,11 @@ class PeekSettings:
         if (raw := env.get(ENV_LANES)) is not None:
             kwargs["lanes"] = _flag(ENV_LANES, raw)
         if (raw := env.get(ENV_MAX_OVERTAKES)) is not None:
-            kwargs["max_overtakes"] = _count(ENV_MAX_OVERTAKES, raw)
+            kwargs["max_overtakes"] = _count(ENV_MAX_OVERTAKES, raw, DEFAULT_MAX_OVERTAKES)
         if (raw := env.get(ENV_MAX_RESPONSE_RATIO)) is not None:
             kwargs["max_response_ratio"] = _number(ENV_MAX_RESPONSE_RATIO, raw)
+        if (raw := env.get(ENV_DECODE_RESERVE_BLOCKS)) is not None:
+            kwargs["decode_reserve_blocks"] = _count(ENV_DECODE_RESERVE_BLOCKS, raw, 1)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
@@ -88,11 +103,11 @@ def _number(name: str, raw: str) -> float:
         raise ValueError(f"{name}={raw!r} is not a number, e.g. {name}=500") from None
 
 
-def _count(name: str, raw: str) -> int:
+def _count(name: str, raw: str, example: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number, e.g. {name}=128") from None
+        raise ValueError(f"{name}={raw!r} is not a whole number, e.g. {name}={example}") from None
 
 
 def _flag(name: str, raw: str) -> bool:

@@ -125,6 +125,12 @@ def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
             {"name": constants.ENV_LANES, "value": "true" if s.lanes else "false"},
             {"name": constants.ENV_MAX_OVERTAKES, "value": str(s.max_overtakes)},
         ]
+        # Only when set: the engine's default is the spec's, and an operator upgrade that added
+        # the variable to every pod template would roll every running engine.
+        if s.decode_reserve_blocks:
+            env.append(
+                {"name": constants.ENV_DECODE_RESERVE_BLOCKS, "value": str(s.decode_reserve_blocks)}
+            )
     return env + [e.model_dump(by_alias=True, exclude_none=True) for e in spec.engine.env]
 
 

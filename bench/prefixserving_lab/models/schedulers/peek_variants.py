@@ -1,11 +1,8 @@
-"""PEEK with one thing changed, for ablation rows next to ``peek`` in the same replay run.
+"""PEEK with one setting changed, for rows next to ``peek`` in the same replay run.
 
-- Setting variants (:class:`PeekSettingVariant`) are
-  :class:`prefixserving.engine.vllm.PeekScheduler` constructed with one of PEEK's environment
-  settings (:mod:`prefixserving.peek.settings`) set for that construction only, so the engine
-  code under test is exactly the shipped scheduler.
-- Experiments (:class:`PeekBlockReserveScheduler`) change one method of the shipped scheduler
-  to measure a change before it ships.
+Each variant is :class:`prefixserving.engine.vllm.PeekScheduler` constructed with one of PEEK's
+environment settings (:mod:`prefixserving.peek.settings`) set for that construction only, so the
+engine code under test is exactly the shipped scheduler.
 """
 
 from __future__ import annotations
@@ -34,12 +31,8 @@ class PeekResponseRatio16Scheduler(PeekSettingVariant):
     env: ClassVar[dict[str, str]] = {constants.ENV_MAX_RESPONSE_RATIO: "16"}
 
 
-class PeekBlockReserveScheduler(PeekScheduler):
-    """``peek_block_reserve``, an experiment: decode headroom reserves, on top of the shipped
-    reserve (the running requests' blocks of the next step), one block for every running
-    request, what each needs within its next block of tokens. It reads no ``max_tokens``.
-    O(running)."""
+class PeekBlockReserveScheduler(PeekSettingVariant):
+    """``peek_block_reserve``: decode headroom also keeps one block for every running request
+    (``spec.scheduler.decodeReserveBlocks: 1``)."""
 
-    def _next_step_blocks(self) -> int | None:
-        blocks = super()._next_step_blocks()
-        return None if blocks is None else blocks + len(self.running)
+    env: ClassVar[dict[str, str]] = {constants.ENV_DECODE_RESERVE_BLOCKS: "1"}

@@ -1,9 +1,8 @@
 """The policies the replay compares: name -> scheduler class (imported when first used).
 
 ``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
-(:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16`` PEEK with one setting
-changed and ``peek_block_reserve`` an experiment on its decode headroom
-(:mod:`.peek_variants`), the others are the baselines in
+(:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16`` and ``peek_block_reserve``
+PEEK with one setting changed (:mod:`.peek_variants`), the others are the baselines in
 :mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s constructor.
 """
 
@@ -18,6 +17,9 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
 
 BASELINE = "fcfs"
+# PEEK and its setting variants: the candidates a replay report evaluates goals for; every other
+# policy of a run is a baseline.
+PEEK_POLICIES: tuple[str, ...] = ("peek", "peek_rr16", "peek_block_reserve")
 
 POLICIES: dict[str, str] = {
     "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",

@@ -72,6 +72,9 @@ class FakeEngine:
     def free_lru(self) -> Iterator[tuple[Any, Any]]:
         return iter(())
 
+    def cache_key(self, block_hash: tuple[int, ...]) -> tuple[int, ...]:
+        return block_hash
+
     def move_to_mru(self, block: object) -> None: ...
 
     def pin(self, block: object) -> None: ...

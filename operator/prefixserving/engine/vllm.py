@@ -44,8 +44,8 @@ from typing import Any
 from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import (
     BlockHash,
+    BlockHashWithGroupId,
     KVCacheBlock,
-    get_block_hash,
     make_block_hash_with_group_id,
 )
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -84,14 +84,19 @@ class VllmBlockPoolPort:
     def num_free(self) -> int:
         return self.pool.get_num_free_blocks()
 
-    def free_lru(self) -> Iterator[tuple[KVCacheBlock, BlockHash | None]]:
+    def free_lru(self) -> Iterator[tuple[KVCacheBlock, BlockHashWithGroupId | None]]:
+        """Free blocks from the LRU end with their prefix-cache key as vLLM stores it (the
+        guard translates its few planned hashes by ``cache_key`` instead)."""
         queue = self.pool.free_block_queue
         block = queue.fake_free_list_head.next_free_block
         tail = queue.fake_free_list_tail
         while block is not None and block is not tail:
-            key = block.block_hash
-            yield block, (None if key is None else get_block_hash(key))
+            yield block, block.block_hash
             block = block.next_free_block
+
+    def cache_key(self, block_hash: BlockHash) -> BlockHashWithGroupId:
+        """vLLM's prefix-cache key of ``block_hash`` in this port's group."""
+        return BlockHashWithGroupId(block_hash + self._key_suffix)
 
     def is_cached(self, block_hash: BlockHash) -> bool:
         """What ``BlockPool.get_cached_block`` answers for the group (a key is in vLLM's

@@ -7,8 +7,10 @@ its next picks come from, best first, and for each the cached blocks it will rea
 :class:`BlockPoolPort`:
 
 **Algorithm**
-1. Walk the free queue from the LRU end across the blocks this step could evict
+1. Translate the plan's hashes into the pool's cache keys (the form the free queue's blocks
+   carry), then walk the free queue from the LRU end across the blocks this step could evict
    (``window_blocks`` blocks the plan does not need, at most ``4 x window_blocks`` in all).
+   An empty plan (no planned request has a cached block) needs no walk.
 2. Move every planned block met there to the most-recently-used end, worst plan rank first, so
    eviction meets them in reverse plan order: the next pick's blocks go last. Moving costs no
    capacity; blocks that only later picks need are not protected (the queue asks again next
@@ -25,14 +27,15 @@ every cached block), is **pressure**: the cache cannot keep what the next picks 
 ``PREFIXSERVING_PIN_BUDGET_FRACTION``), ``window_blocks`` (most blocks one step may allocate:
 token budget / block size + one per running request; each ``step`` may pass a smaller estimate).
 
-**Cost**: ``step`` O(window_blocks + blocks moved log blocks moved), capped at
-4 x window_blocks; ``release_all`` O(pinned).
+**Cost**: ``step`` O(planned blocks + window_blocks + blocks moved log blocks moved), the walk
+capped at 4 x window_blocks (O(1) for an empty plan); ``release_all`` O(pinned).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 B = TypeVar("B")
@@ -54,8 +57,13 @@ class BlockPoolPort(Protocol[B, H]):
         """Blocks in the free queue (empty or evictable cached blocks)."""
         ...
 
-    def free_lru(self) -> Iterator[tuple[B, H | None]]:
-        """Free blocks from the LRU (evict-first) end, with their prefix hash or None."""
+    def free_lru(self) -> Iterator[tuple[B, Hashable | None]]:
+        """Free blocks from the LRU (evict-first) end, with their cache key (``cache_key`` of
+        their prefix hash, in the pool's own form: no per-block conversion) or None."""
+        ...
+
+    def cache_key(self, block_hash: H) -> Hashable:
+        """The pool's key for a prefix hash, as ``free_lru`` gives it."""
         ...
 
     def move_to_mru(self, block: B) -> None:
@@ -102,14 +110,14 @@ class Guard(Generic[B, H]):
         self.port = port
         self.window_blocks = max(1, window_blocks)
         self.pin_budget_blocks = int(pin_budget_fraction * port.num_blocks)
-        self._pinned: dict[H, B] = {}
+        self._pinned: dict[Hashable, B] = {}  # by cache key
 
     @property
     def num_pinned(self) -> int:
         return len(self._pinned)
 
     def is_pinned(self, block_hash: H) -> bool:
-        return block_hash in self._pinned
+        return self.port.cache_key(block_hash) in self._pinned
 
     def step(self, plan_rank: dict[H, int], window_blocks: int | None = None) -> GuardReport:
         """Protect the planned blocks in the eviction window (module docstring).
@@ -119,27 +127,28 @@ class Guard(Generic[B, H]):
             self.window_blocks if window_blocks is None else min(window_blocks, self.window_blocks)
         )
         window = max(1, window)
-        needed: list[tuple[int, B, H]] = []
-        unneeded = 0
-        limit = 4 * window
-        for scanned, (block, block_hash) in enumerate(self.port.free_lru(), start=1):
-            rank = None if block_hash is None else plan_rank.get(block_hash)
-            if rank is None:
+        needed: list[tuple[int, B, Hashable]] = []
+        if plan_rank:  # an empty plan needs no block: nothing to find in the window
+            cache_key = self.port.cache_key
+            ranks = {cache_key(block_hash): rank for block_hash, rank in plan_rank.items()}
+            unneeded = 0
+            for block, key in islice(self.port.free_lru(), 4 * window):
+                if key in ranks:
+                    needed.append((ranks[key], block, key))
+                    continue
                 unneeded += 1
-            else:
-                needed.append((rank, block, block_hash))
-            if unneeded >= window or scanned >= limit:
-                break
+                if unneeded >= window:
+                    break
         needed.sort(key=lambda item: -item[0])
         pinned = 0
-        for _, block, block_hash in reversed(needed):
+        for _, block, key in reversed(needed):
             if len(self._pinned) >= self.pin_budget_blocks:
                 break
             self.port.pin(block)
-            self._pinned[block_hash] = block
+            self._pinned[key] = block
             pinned += 1
-        for _, block, block_hash in needed:
-            if block_hash not in self._pinned:
+        for _, block, key in needed:
+            if key not in self._pinned:
                 self.port.move_to_mru(block)
         return GuardReport(
             needed_in_window=len(needed),

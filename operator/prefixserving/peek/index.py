@@ -69,6 +69,11 @@ class QueueIndex(Generic[H]):
         return len(self._counts)
 
     @property
+    def has_cached_prefix(self) -> bool:
+        """Whether some waiting request has cached leading blocks (frontier > 0). O(1)."""
+        return self._with_cached_prefix > 0
+
+    @property
     def has_reuse(self) -> bool:
         """Whether a waiting request has a cached prefix or shares its next block. O(1)."""
         return self._with_cached_prefix > 0 or self._clusters > 0
@@ -98,9 +103,7 @@ class QueueIndex(Generic[H]):
         frontier = min(max(frontier, 0), len(path))
         self._paths[key] = path
         self._frontier[key] = frontier
-        counts = self._counts
-        for block_hash in path[frontier:]:
-            counts[block_hash] = counts.get(block_hash, 0) + 1
+        self._count(path[frontier:])
         self._enter(key, path, frontier)
 
     def move_frontier(self, key: str, frontier: int) -> None:
@@ -111,13 +114,10 @@ class QueueIndex(Generic[H]):
         if frontier == old:
             return
         self._leave(key, path, old)
-        counts = self._counts
         if frontier > old:
-            for block_hash in path[old:frontier]:
-                self._decrement(block_hash)
+            self._uncount(path[old:frontier])
         else:
-            for block_hash in path[frontier:old]:
-                counts[block_hash] = counts.get(block_hash, 0) + 1
+            self._count(path[frontier:old])
         self._frontier[key] = frontier
         self._enter(key, path, frontier)
 
@@ -128,8 +128,7 @@ class QueueIndex(Generic[H]):
             return
         frontier = self._frontier.pop(key)
         self._leave(key, path, frontier)
-        for block_hash in path[frontier:]:
-            self._decrement(block_hash)
+        self._uncount(path[frontier:])
 
     def shared_blocks(self, key: str) -> int:
         """Uncached blocks from ``key``'s frontier on that another waiting request also needs:
@@ -178,12 +177,19 @@ class QueueIndex(Generic[H]):
             if not members:
                 del self._at[path[frontier]]
 
-    def _decrement(self, block_hash: H) -> None:
-        left = self._counts[block_hash] - 1
-        if left:
-            self._counts[block_hash] = left
-        else:
-            del self._counts[block_hash]
+    def _count(self, blocks: tuple[H, ...]) -> None:
+        counts = self._counts
+        for block_hash in blocks:
+            counts[block_hash] = counts.get(block_hash, 0) + 1
+
+    def _uncount(self, blocks: tuple[H, ...]) -> None:
+        counts = self._counts
+        for block_hash in blocks:
+            left = counts[block_hash] - 1
+            if left:
+                counts[block_hash] = left
+            else:
+                del counts[block_hash]
 
 
 _EMPTY: set[str] = set()

@@ -40,8 +40,9 @@ cached prefix is found by galloping: ``_probe_frontier``); a presentation O(log 
 amortized plus two probes; pop O(blocks + log n) plus the re-pricing of its cluster (each
 waiting request is re-priced once per run of its blocks that becomes cached; the engine's prefix
 cache is asked about each block at most once per presentation, however many siblings walk it);
-``begin_step`` O(pioneers + plan x cached blocks + guard window). ``len`` counts held siblings
-too.
+``begin_step`` O(pioneers + plan x cached blocks + guard window), O(pioneers) while no waiting
+request has a cached block and the lanes keep arrival order (the plan is then empty). ``len``
+counts held siblings too.
 """
 
 from __future__ import annotations
@@ -485,7 +486,12 @@ class PeekQueue(Generic[R, H]):
 
         Hashes are chained, so a ranked hash means its whole prefix is ranked by the same or a
         better request: each request's walk back from its last cached block stops at the first
-        ranked one. O(plan + distinct cached blocks of the plan)."""
+        ranked one. O(plan + distinct cached blocks of the plan); O(1) when no waiting request
+        has a cached block and the lanes keep arrival order (while they reorder, the plan also
+        builds their cost lanes, which must happen now: cache keys describe the queue when
+        taken)."""
+        if not self.index.has_cached_prefix and not self.lanes.reorder:
+            return {}
         rank: dict[H, int] = {}
         for position, entry in enumerate(self.lanes.plan(PLAN_REQUESTS)):
             path = self.index.path(entry.rid)

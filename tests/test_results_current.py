@@ -25,11 +25,13 @@ from typing import Any
 
 import pytest
 
+from prefixserving_lab.models.schedulers.registry import BASELINE, PEEK_POLICIES
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 RERUN = "Re-run the file with its command (README.md, Reproduce)."
 # PEEK, its setting variants (lab: models/schedulers/peek_variants.py) and the baseline.
-REPLAY_POLICIES = ("peek", "peek_rr16", "peek_block_reserve", "fcfs")
+REPLAY_POLICIES = (*PEEK_POLICIES, BASELINE)
 
 
 def _row(data: dict[str, Any]) -> str | None:

@@ -76,7 +76,7 @@ class QueueIndex(Generic[H]):
     @property
     def has_reuse(self) -> bool:
         """Whether a waiting request has a cached prefix or shares its next block. O(1)."""
-        return self._with_cached_prefix > 0 or self._clusters > 0
+        return self.has_cached_prefix or self._clusters > 0
 
     def count(self, block_hash: H) -> int:
         """Waiting requests that still have to compute ``block_hash`` (0 if none). O(1)."""

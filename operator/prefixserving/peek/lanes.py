@@ -280,8 +280,7 @@ class Lanes(Generic[R]):
         entry.cache_version += 1
         if entry.present and not entry.resume:
             state = self._classes[entry.klass]
-            if state.cost_lanes:
-                self._push_cost_lanes(entry, state)
+            self._push_cost_lanes(entry, state)
             if state.crowded():
                 self._rebuild(state)
 
@@ -331,14 +330,13 @@ class Lanes(Generic[R]):
         """The request to present next and the lane it comes from (module docstring)."""
         for klass in sorted(self._classes):
             state = self._classes[klass]
-            if state.resume:
-                head = self._head(state.resume, _in_order_lane, state)
-                if head is not None:
-                    return head, Pick.RESUME
+            head = self._head(state.resume, _in_order_lane, state)
+            if head is not None:
+                return head, Pick.RESUME
             oldest = self._head(state.fcfs, _in_order_lane, state)
             if oldest is None:
                 continue
-            if not self._reorder or self.overtaken(oldest) >= self.max_overtakes:
+            if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
                 return oldest, Pick.FCFS
             self._cost_lanes(state)
             aged = self._most_aged(state)
@@ -381,13 +379,13 @@ class Lanes(Generic[R]):
             heapq.heappush(state.resume, item)
         else:
             heapq.heappush(state.fcfs, item)
-            if state.cost_lanes:
-                self._push_cost_lanes(entry, state)
+            self._push_cost_lanes(entry, state)
         if state.crowded():
             self._rebuild(state)
 
     def _push_cost_lanes(self, entry: Entry[R], state: _Class) -> None:
-        """Push the entry into the class's built cost lanes (callers check they are built)."""
+        if not state.cost_lanes:
+            return
         heapq.heappush(state.cache, self._cache_item(entry))
         entry.bucket = _bucket(entry.cost_tokens)
         heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))

@@ -23,8 +23,8 @@ def test_a_bad_response_ratio_names_the_variable(raw: str, message: str) -> None
     assert constants.ENV_MAX_RESPONSE_RATIO in str(caught.value)
 
 
-def test_the_decode_reserve_defaults_to_zero_and_reads_its_variable() -> None:
-    assert PeekSettings.from_env({}).decode_reserve_blocks == 0
+def test_the_decode_reserve_defaults_to_one_and_reads_its_variable() -> None:
+    assert PeekSettings.from_env({}).decode_reserve_blocks == 1
     env = {constants.ENV_DECODE_RESERVE_BLOCKS: "2"}
     assert PeekSettings.from_env(env).decode_reserve_blocks == 2
 

@@ -134,14 +134,15 @@ def test_engine_runs_vllm_with_the_operator_owned_flags_and_peek() -> None:
     assert constants.ENV_DECODE_RESERVE_BLOCKS not in env  # default: the engine's own
 
 
-def test_a_decode_reserve_reaches_the_engine_and_the_engine_reads_it() -> None:
-    """Rendered only when set (adding it to every template would roll every engine on an
-    operator upgrade); the engine reads the rendered value."""
+@pytest.mark.parametrize("blocks", [0, 2])
+def test_a_decode_reserve_reaches_the_engine_and_the_engine_reads_it(blocks: int) -> None:
+    """Rendered only when it differs from the default (adding it to every template would roll
+    every engine on an operator upgrade); the engine reads the rendered value."""
     from prefixserving.peek.settings import PeekSettings
 
-    env = env_of(engine_container(render({"scheduler": {"decodeReserveBlocks": 1}})))
-    assert env[constants.ENV_DECODE_RESERVE_BLOCKS] == "1"
-    assert PeekSettings.from_env(env).decode_reserve_blocks == 1
+    env = env_of(engine_container(render({"scheduler": {"decodeReserveBlocks": blocks}})))
+    assert env[constants.ENV_DECODE_RESERVE_BLOCKS] == str(blocks)
+    assert PeekSettings.from_env(env).decode_reserve_blocks == blocks
 
 
 def test_fcfs_scheduler_has_no_peek_flag_or_env() -> None:

@@ -227,26 +227,28 @@ def test_the_response_ratio_variant_runs_peek_with_its_bound_only() -> None:
     assert isinstance(variant, type(peek))
 
 
-def test_the_block_reserve_variant_reserves_one_more_block_per_running_request() -> None:
-    """``peek_block_reserve`` is the shipped PeekScheduler with decode headroom keeping, on top
-    of the running requests' next-step blocks, one block for every running request."""
+def test_peek_reserves_one_block_per_running_request_more_than_the_no_reserve_variant() -> None:
+    """``peek_no_reserve`` is the shipped PeekScheduler with decode headroom keeping only the
+    running requests' next-step blocks; PEEK's default keeps one block more for each of them."""
+    from prefixserving import constants
     from prefixserving.engine.vllm import PeekScheduler
     from prefixserving_lab.models.replay_engine import build_scheduler
     from prefixserving_lab.runners.replay import request_factory
 
     shape = EngineShape(num_blocks=256, block_size=BLOCK, max_model_len=8192)
     peek = build_scheduler(scheduler_class("peek"), shape)
-    variant = build_scheduler(scheduler_class("peek_block_reserve"), shape)
+    variant = build_scheduler(scheduler_class("peek_no_reserve"), shape)
     assert isinstance(variant, PeekScheduler)
-    assert variant.peek_settings.decode_reserve_blocks == 1
-    assert peek.peek_settings.decode_reserve_blocks == 0
-    assert variant._decode_reserve_blocks() is None  # nothing runs: no reserve
+    assert constants.ENV_DECODE_RESERVE_BLOCKS not in os.environ
+    assert peek.peek_settings.decode_reserve_blocks == 1
+    assert variant.peek_settings.decode_reserve_blocks == 0
+    assert peek._decode_reserve_blocks() is None  # nothing runs: no reserve
     make = request_factory(shape)
     for scheduler in (peek, variant):
         for r in siblings(3, 64):
             scheduler.add_request(make(r, r.arrival_s))
         scheduler.schedule()
         assert len(scheduler.running) == 3
-    shipped = peek._decode_reserve_blocks()
-    assert shipped is not None
-    assert variant._decode_reserve_blocks() == shipped + 3
+    next_step = variant._decode_reserve_blocks()
+    assert next_step is not None
+    assert peek._decode_reserve_blocks() == next_step + 3

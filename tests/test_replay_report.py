@@ -91,7 +91,7 @@ def test_each_peek_setting_gets_goals_and_none_is_a_baseline_of_another() -> Non
         "runs": {
             "fcfs": metrics(0.2, 14.0, 30.0, None, 1.0, goodput=0.2, tpot=0.020),
             "peek": metrics(0.6, 1.5, 29.0, None, 1.0, goodput=0.9, tpot=0.030),
-            "peek_block_reserve": metrics(0.7, 1.0, 29.0, None, 1.0, goodput=0.9, tpot=0.021),
+            "peek_no_reserve": metrics(0.7, 1.0, 29.0, None, 1.0, goodput=0.9, tpot=0.021),
             "sglang_hrrn": metrics(0.5, 3.0, 28.0, None, 1.0, goodput=0.7),
         },
     }
@@ -101,7 +101,7 @@ def test_each_peek_setting_gets_goals_and_none_is_a_baseline_of_another() -> Non
         "runs": {
             "fcfs": metrics(0.0, 1.0, 5.0, 5.0, 2.0),
             "peek": metrics(0.0, 1.0, 5.0, 5.0, 2.0),
-            "peek_block_reserve": metrics(0.0, 1.1, 5.0, 5.0, 2.0),
+            "peek_no_reserve": metrics(0.0, 1.1, 5.0, 5.0, 2.0),
         },
     }
     rows = report.goals([sharing, control], [])
@@ -109,15 +109,15 @@ def test_each_peek_setting_gets_goals_and_none_is_a_baseline_of_another() -> Non
     assert by["peek", "hit_rate_best", "s@1.2"] is True  # the variant is not a baseline
     assert by["peek", "ttft_p50_best", "s@1.2"] is True
     assert by["peek", "tpot_p50_1.1x", "s@1.2"] is False  # x1.5
-    assert by["peek_block_reserve", "tpot_p50_1.1x", "s@1.2"] is True
-    assert by["peek_block_reserve", "ttft_p99_fcfs_hrrn", "s@1.2"] is False  # HRRN's 28
+    assert by["peek_no_reserve", "tpot_p50_1.1x", "s@1.2"] is True
+    assert by["peek_no_reserve", "ttft_p99_fcfs_hrrn", "s@1.2"] is False  # HRRN's 28
     assert by["peek", "control_2pct", "c"] is True
-    assert by["peek_block_reserve", "control_2pct", "c"] is False  # p50 10% off
+    assert by["peek_no_reserve", "control_2pct", "c"] is False  # p50 10% off
     assert not any(p == "sglang_hrrn" for p, _, _ in by)
     summary = {(g["policy"], g["goal"]): (g["met"], g["rows"]) for g in report.goal_summary(rows)}
-    assert summary["peek_block_reserve", "tpot_p50_1.1x"] == (1, 1)
+    assert summary["peek_no_reserve", "tpot_p50_1.1x"] == (1, 1)
     table = report._goal_tables(rows)
-    assert table[2] == "| goal | peek | peek_block_reserve |"
+    assert table[2] == "| goal | peek | peek_no_reserve |"
     assert "| tpot_p50_1.1x | 0 / 1 | 1 / 1 |" in table
 
 

@@ -125,9 +125,9 @@ def engine_env(spec: PrefixServingSpec) -> list[dict[str, Any]]:
             {"name": constants.ENV_LANES, "value": "true" if s.lanes else "false"},
             {"name": constants.ENV_MAX_OVERTAKES, "value": str(s.max_overtakes)},
         ]
-        # Only when set: the engine's default is the spec's, and an operator upgrade that added
-        # the variable to every pod template would roll every running engine.
-        if s.decode_reserve_blocks:
+        # Only when it differs from the engine's default (the spec's default): an operator
+        # upgrade that added the variable to every pod template would roll every running engine.
+        if s.decode_reserve_blocks != defaults.DECODE_RESERVE_BLOCKS:
             env.append(
                 {"name": constants.ENV_DECODE_RESERVE_BLOCKS, "value": str(s.decode_reserve_blocks)}
             )

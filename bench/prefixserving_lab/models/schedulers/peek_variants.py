@@ -31,8 +31,8 @@ class PeekResponseRatio16Scheduler(PeekSettingVariant):
     env: ClassVar[dict[str, str]] = {constants.ENV_MAX_RESPONSE_RATIO: "16"}
 
 
-class PeekBlockReserveScheduler(PeekSettingVariant):
-    """``peek_block_reserve``: decode headroom also keeps one block for every running request
-    (``spec.scheduler.decodeReserveBlocks: 1``)."""
+class PeekNoReserveScheduler(PeekSettingVariant):
+    """``peek_no_reserve``: decode headroom keeps only what the running requests allocate in the
+    next step (``spec.scheduler.decodeReserveBlocks: 0``, PEEK's default before 1)."""
 
-    env: ClassVar[dict[str, str]] = {constants.ENV_DECODE_RESERVE_BLOCKS: "1"}
+    env: ClassVar[dict[str, str]] = {constants.ENV_DECODE_RESERVE_BLOCKS: "0"}

@@ -46,8 +46,8 @@ from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
 from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
 
 # Decode headroom's blocks per running request on top of the next step's. 1 met more goal rows
-# than 0 at full size under both cost models, above all TPOT (bench/results/replay-sweep-full-*.md,
-# replay-decode-headroom*.md).
+# than 0 at full size under both cost models, above all TPOT, and about as many at scale 0.125
+# (bench/results/replay-sweep-*.md, replay-decode-headroom*.md).
 DEFAULT_DECODE_RESERVE_BLOCKS = 1
 
 _TRUE = {"1", "true", "yes", "on"}

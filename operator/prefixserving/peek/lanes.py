@@ -32,8 +32,11 @@ FCFS's on the sharing workloads (against SGLang ``hrrn``'s it wins some rows and
 the results files say which); the overtake budget is the hard backstop.
 
 **Bounds** (property tests check them): with ``cache_lane`` off or no pressure the order is
-vLLM's; no request is overtaken by more than ``max_overtakes`` younger requests; held siblings
-(``park``) are never presented and never block others.
+vLLM's; with ``max_overtakes`` 0, arrival order within each class; otherwise no request is
+overtaken by more than ``max_overtakes`` younger requests, except that an older request of its
+class held while it waits still counts as ahead of it, so each such hold can let one more
+younger request by (a known defect: ``tests/test_peek_lanes.py``); held siblings (``park``)
+are never presented and never block others.
 
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
@@ -336,7 +339,11 @@ class Lanes(Generic[R]):
             oldest = self._head(state.fcfs, _in_order_lane, state)
             if oldest is None:
                 continue
-            if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
+            if (
+                not self.reorder
+                or not self.max_overtakes
+                or self.overtaken(oldest) >= self.max_overtakes
+            ):
                 return oldest, Pick.FCFS
             self._cost_lanes(state)
             aged = self._most_aged(state)

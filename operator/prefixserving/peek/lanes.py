@@ -33,10 +33,16 @@ the results files say which); the overtake budget is the hard backstop.
 
 **Bounds** (property tests check them): with ``cache_lane`` off or no pressure the order is
 vLLM's; with ``max_overtakes`` 0, arrival order within each class; otherwise no request is
-overtaken by more than ``max_overtakes`` younger requests, except that an older request of its
-class held while it waits still counts as ahead of it, so each such hold can let one more
-younger request by (a known defect: ``tests/test_peek_lanes.py``); held siblings (``park``)
-are never presented and never block others.
+overtaken by more than ``max_overtakes`` younger requests of its class while it is presented
+(held siblings, ``park``, are never presented and never block others; a request that was
+overtaken while held goes first once it is presented again if that made up its budget).
+
+**Overtake count**: each class keeps the sorted arrival places of the requests admitted from it
+(``bisect``); a request's count is how many of them are younger than it, so it is exact whatever
+happened to older requests (held, aborted, put back). Only the class's oldest presented request
+is ever asked. ``settle`` (once per engine step, when no admission can be refunded any more)
+drops the places older than every waiting request of the class, once the list has doubled since
+the last drop, so it holds the admissions since the class's oldest waiting request joined.
 
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
@@ -58,7 +64,10 @@ in each lane it is in) + ``COMPACT_SLACK``, so memory stays O(n) even when heads
 popped (before, every arrival and re-pricing left items in the unread cost lanes of an engine
 without pressure, for good).
 
-**Cost**: add / reprice / park / unpark / remove / charge are amortised O(log n); a pick is
+**Cost**: add / reprice / park / unpark / remove are amortised O(log n); charge and refund
+O(log n) plus a list insert or delete (a memmove, near the end: admissions are mostly young);
+``settle`` amortised O(1) per admission (a drop scans the class, O(n), after as many admissions
+as the list held); a pick is
 amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens), plus O(n) for the
 first pick after the lanes start reordering; ``plan(k)`` is O(k log n). Nothing else walks the
 queue.
@@ -66,6 +75,7 @@ queue.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -101,21 +111,19 @@ class Stamps:
 
     order: tuple[Any, ...]
     arrival_work: int
-    fcfs_point: int
 
 
 @dataclass(slots=True)
 class Entry(Generic[R]):
     """One waiting request.
 
-    ``klass``: its priority value (0 under FCFS). ``stamps``: its place in arrival order, the
-    work clock when it joined, and its FCFS point (admissions after which it would be admitted
-    in arrival order). ``cost_tokens``: uncached prompt tokens (what admission charges the work
-    clock). ``cache_key``: its place in the cache lane, None while the cost lanes are not built
-    (the lanes' ``cache_key`` function takes it when they need it). ``resume``: in the resume
-    lane. ``present``: False while held. The versions invalidate stale heap items: ``version``
-    comes from a counter of the lanes, so a request that leaves and rejoins under the same id
-    (put back by the engine, preempted) never matches the items of its earlier stay.
+    ``klass``: its priority value (0 under FCFS). ``stamps``: its place in arrival order and the
+    work clock when it joined. ``cost_tokens``: uncached prompt tokens (what admission charges
+    the work clock). ``cache_key``: its place in the cache lane, None while the cost lanes are
+    not built (the lanes' ``cache_key`` function takes it when they need it). ``resume``: in the
+    resume lane. ``present``: False while held. The versions invalidate stale heap items:
+    ``version`` comes from a counter of the lanes, so a request that leaves and rejoins under the
+    same id (put back by the engine, preempted) never matches the items of its earlier stay.
     """
 
     rid: str
@@ -184,7 +192,9 @@ class Lanes(Generic[R]):
         self._reorder = False
         self.reorder = cache_lane
         self.work_tokens = 0
-        self.admitted = 0
+        # Per class: admitted requests' arrival places, sorted; their number after the last drop.
+        self._admitted: dict[int, list[tuple[Any, ...]]] = {}
+        self._admitted_kept: dict[int, int] = {}
         self._entries: dict[str, Entry[R]] = {}
         self._classes: dict[int, _Class] = {}
         self._resume_seq = itertools.count(-1, -1)
@@ -221,6 +231,11 @@ class Lanes(Generic[R]):
         """Items in all the lanes' heaps, stale ones included (memory). O(classes)."""
         return sum(state.items for state in self._classes.values())
 
+    @property
+    def admitted_places(self) -> int:
+        """Admitted places kept for the overtake counts, all classes (memory). O(classes)."""
+        return sum(len(places) for places in self._admitted.values())
+
     def __iter__(self) -> Iterator[Entry[R]]:
         """All entries (held ones too) in the order vLLM's own queue would give them: classes by
         priority, then the resume lane, then arrival order. O(n log n)."""
@@ -247,7 +262,7 @@ class Lanes(Generic[R]):
         if stamps is None:
             if resume:
                 order = (next(self._resume_seq),)
-            stamps = Stamps(order, self.work_tokens, self.admitted + len(state.entries))
+            stamps = Stamps(order, self.work_tokens)
         entry = Entry(
             rid=rid,
             request=request,
@@ -301,19 +316,39 @@ class Lanes(Generic[R]):
         entry.present = True
         self._push(entry, self._classes[entry.klass])
 
-    def charge(self, cost_tokens: int) -> None:
-        """An admission: the work clock advances by its uncached prompt tokens."""
-        self.work_tokens += cost_tokens
-        self.admitted += 1
+    def charge(self, entry: Entry[R]) -> None:
+        """Admit ``entry`` (already removed): the work clock advances by its uncached prompt
+        tokens and its place joins its class's admitted places. O(log n) plus the insert."""
+        self.work_tokens += entry.cost_tokens
+        bisect.insort(self._admitted.setdefault(entry.klass, []), entry.order)
 
-    def refund(self, cost_tokens: int) -> None:
-        """Undo :meth:`charge` for a request the engine put back in the same step."""
-        self.work_tokens -= cost_tokens
-        self.admitted -= 1
+    def refund(self, entry: Entry[R]) -> None:
+        """Undo :meth:`charge` for a request the engine put back in the same step (before
+        :meth:`settle`)."""
+        self.work_tokens -= entry.cost_tokens
+        places = self._admitted[entry.klass]
+        del places[bisect.bisect_left(places, entry.order)]
+
+    def settle(self) -> None:
+        """The engine's step is over: no admission so far will be refunded. A class's admitted
+        places older than all its waiting requests are dropped once the list has doubled since
+        the last drop (module docstring: overtake count)."""
+        for klass, places in list(self._admitted.items()):
+            if len(places) <= 2 * self._admitted_kept.get(klass, 0) + COMPACT_SLACK:
+                continue
+            state = self._classes.get(klass)
+            if state is None:
+                del self._admitted[klass]
+                self._admitted_kept.pop(klass, None)
+                continue
+            oldest = min(entry.order for entry in state.entries.values())
+            del places[: bisect.bisect_left(places, oldest)]
+            self._admitted_kept[klass] = len(places)
 
     def overtaken(self, entry: Entry[R]) -> int:
-        """Younger requests admitted ahead of ``entry`` (exact for a class's oldest request)."""
-        return self.admitted - entry.stamps.fcfs_point
+        """Younger requests of its class admitted while ``entry`` waited. O(log n)."""
+        places = self._admitted.get(entry.klass, ())
+        return len(places) - bisect.bisect_right(places, entry.order)
 
     def response_ratio(self, entry: Entry[R]) -> float:
         """``(waited work + cost) / cost``, waited work in uncached prompt tokens admitted."""
@@ -339,11 +374,7 @@ class Lanes(Generic[R]):
             oldest = self._head(state.fcfs, _in_order_lane, state)
             if oldest is None:
                 continue
-            if (
-                not self.reorder
-                or not self.max_overtakes
-                or self.overtaken(oldest) >= self.max_overtakes
-            ):
+            if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
                 return oldest, Pick.FCFS
             self._cost_lanes(state)
             aged = self._most_aged(state)

@@ -20,12 +20,13 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
    held; a request whose new blocks would eat into the blocks the running requests still need is
    not presented, which ends the step's admissions (**decode headroom**: admitted now, it would
    only make the engine preempt a running request soon; never applied while nothing runs).
-4. **Admitting** (``pop``): the request leaves the index and the lanes, and its uncached tokens
-   advance the lanes' work clock. At the next call the queue checks that the engine allocated it
-   (vLLM also pops requests it skips: grammar still compiling, LoRA slots full, KV transfer
-   pending); only then does it become a pioneer, and the waiting requests of its cluster (those
-   whose first uncached block was its first uncached block) are re-priced at once, so the cache
-   lane serves them while their prefix is cached.
+4. **Admitting** (``pop``): the request leaves the index and the lanes, its uncached tokens
+   advance the lanes' work clock and its place joins the overtake count (settled at the next
+   ``begin_step``, when the engine can no longer put it back). At the next call the queue
+   checks that the engine allocated it (vLLM also pops requests it skips: grammar still
+   compiling, LoRA slots full, KV transfer pending); only then does it become a pioneer, and the
+   waiting requests of its cluster (those whose first uncached block was its first uncached
+   block) are re-priced at once, so the cache lane serves them while their prefix is cached.
 
 ``prepend`` of a request popped in the same step (the engine skipped it) undoes its admission
 and puts it back at the place it had. A request preempted later rejoins as a new arrival: its
@@ -142,10 +143,9 @@ class _Admission(Generic[R, H]):
 
 @dataclass(frozen=True, slots=True)
 class _Popped:
-    """A request popped this step: its charge (to refund) and its place (to restore)."""
+    """A request popped this step: its lanes entry (charge to refund, place to restore)."""
 
-    cost_tokens: int
-    stamps: Stamps
+    entry: Entry[Any]
 
 
 class PeekQueue(Generic[R, H]):
@@ -194,6 +194,7 @@ class PeekQueue(Generic[R, H]):
         self._now_s = now_s
         self._confirm_admissions(_memoized(self.view.is_cached))
         self._popped_this_step.clear()
+        self.lanes.settle()
         self._candidate = None
         self._holds_fresh = False
         self._reserve_blocks = reserve_blocks
@@ -241,14 +242,14 @@ class PeekQueue(Generic[R, H]):
         rid = self.view.request_id(request)
         popped = self._popped_this_step.pop(rid, None)
         if popped is not None:
-            self.lanes.refund(popped.cost_tokens)
+            self.lanes.refund(popped.entry)
             self._unconfirmed = [a for a in self._unconfirmed if a.request is not request]
         if self._pioneer_requests.pop(rid, None) is not None:
             self._unpark(self.holding.retire_pioneer(rid, self._now_s))
         if not self.settings.lanes:
             self._insert(request, resume=True)
         else:
-            self._insert(request, stamps=None if popped is None else popped.stamps)
+            self._insert(request, stamps=None if popped is None else popped.entry.stamps)
 
     def prepend_requests(self, requests: Iterable[R]) -> None:
         """Prepend each in turn, so the last one ends up first (vLLM's documented order)."""
@@ -273,8 +274,8 @@ class PeekQueue(Generic[R, H]):
             _Admission(entry.request, self.index.path(rid), self.index.frontier(rid))
         )
         self._drop(rid)
-        self.lanes.charge(entry.cost_tokens)
-        self._popped_this_step[rid] = _Popped(entry.cost_tokens, entry.stamps)
+        self.lanes.charge(entry)
+        self._popped_this_step[rid] = _Popped(entry)
         self.stats.admitted[pick.value] += 1
         self.stats.admitted_tokens[pick.value] += entry.cost_tokens
         return entry.request

@@ -41,8 +41,9 @@ overtaken while held goes first once it is presented again if that made up its b
 (``bisect``); a request's count is how many of them are younger than it, so it is exact whatever
 happened to older requests (held, aborted, put back). Only the class's oldest presented request
 is ever asked. ``settle`` (once per engine step, when no admission can be refunded any more)
-drops the places older than every waiting request of the class, once the list has doubled since
-the last drop, so it holds the admissions since the class's oldest waiting request joined.
+drops the places older than every waiting request of the class once the list has grown by the
+class's size plus what it kept at the last drop, plus ``COMPACT_SLACK``: so it holds the
+admissions since the class's oldest waiting request joined, plus O(n).
 
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
@@ -66,11 +67,10 @@ without pressure, for good).
 
 **Cost**: add / reprice / park / unpark / remove are amortised O(log n); charge and refund
 O(log n) plus a list insert or delete (a memmove, near the end: admissions are mostly young);
-``settle`` amortised O(1) per admission (a drop scans the class, O(n), after as many admissions
-as the list held); a pick is
-amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6 tokens), plus O(n) for the
-first pick after the lanes start reordering; ``plan(k)`` is O(k log n). Nothing else walks the
-queue.
+``settle`` amortised O(1) per admission (a drop scans the class, O(n), after at least n
+admissions); a pick is amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6
+tokens), plus O(n) for the first pick after the lanes start reordering; ``plan(k)`` is
+O(k log n). Nothing else walks the queue.
 """
 
 from __future__ import annotations
@@ -331,15 +331,17 @@ class Lanes(Generic[R]):
 
     def settle(self) -> None:
         """The engine's step is over: no admission so far will be refunded. A class's admitted
-        places older than all its waiting requests are dropped once the list has doubled since
-        the last drop (module docstring: overtake count)."""
+        places older than all its waiting requests are dropped once the list has grown by the
+        class's size plus what the last drop kept, plus slack (module docstring: overtake
+        count)."""
         for klass, places in list(self._admitted.items()):
-            if len(places) <= 2 * self._admitted_kept.get(klass, 0) + COMPACT_SLACK:
-                continue
             state = self._classes.get(klass)
             if state is None:
                 del self._admitted[klass]
                 self._admitted_kept.pop(klass, None)
+                continue
+            kept = self._admitted_kept.get(klass, 0)
+            if len(places) <= 2 * kept + len(state.entries) + COMPACT_SLACK:
                 continue
             oldest = min(entry.order for entry in state.entries.values())
             del places[: bisect.bisect_left(places, oldest)]

@@ -39,11 +39,15 @@ overtaken while held goes first once it is presented again if that made up its b
 
 **Overtake count**: each class keeps the sorted arrival places of the requests admitted from it
 (``bisect``); a request's count is how many of them are younger than it, so it is exact whatever
-happened to older requests (held, aborted, put back). Only the class's oldest presented request
-is ever asked. ``settle`` (once per engine step, when no admission can be refunded any more)
-drops the places older than every waiting request of the class once the list has grown by the
-class's size plus what it kept at the last drop, plus ``COMPACT_SLACK``: so it holds the
-admissions since the class's oldest waiting request joined, plus O(n).
+happened to older requests (held, aborted, put back). (Under vLLM's ``priority`` policy a
+preempted request rejoins at its first arrival time, so younger requests admitted before it
+rejoined count too: it reaches its budget sooner, never later.) Only the class's oldest
+presented request is ever asked.
+
+``settle`` (once per engine step, when no admission can be refunded any more) drops the places
+older than every waiting request of the class once the list has grown by the class's size plus
+what it kept at the last drop, plus ``COMPACT_SLACK``: so it holds the admissions since the
+class's oldest waiting request joined, plus O(n).
 
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,

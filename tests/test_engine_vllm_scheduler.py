@@ -277,7 +277,7 @@ def test_prepend_under_peek_restores_a_skipped_request_and_requeues_a_preempted_
     # The engine skipped it in this step (grammar compiling, LoRA slots full): back in place.
     queue.prepend_request(requests["a"])
     assert ids(queue) == ["a", "b", "c"] and queue.peek_request() is requests["a"]
-    assert queue.lanes.admitted == 0
+    assert queue.lanes.admitted_places == 0 and queue.lanes.work_tokens == 0  # refunded
     assert queue.pop_request() is requests["a"]
     queue.begin_step(1.0)
     # Preempted a step later: it rejoins as a new arrival (its freed blocks stay cached).

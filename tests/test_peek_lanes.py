@@ -152,7 +152,7 @@ def test_overtake_counts_stay_exact_through_holds_aborts_and_settling() -> None:
     rng = random.Random(7)
     lanes: Lanes[int] = Lanes(max_overtakes=50)
     lanes.reorder = True
-    admitted: list[tuple[int, int]] = []  # (number, class) in admission order
+    admitted: list[Entry[int]] = []  # in admission order
     joined_at: dict[str, int] = {}  # rid -> admissions before it joined
     count = peak = 0
     for _ in range(5_000):
@@ -163,11 +163,7 @@ def test_overtake_counts_stay_exact_through_holds_aborts_and_settling() -> None:
             joined_at[f"r{count}"] = len(admitted)
             count += 1
         elif roll < 0.8:
-            picked = lanes.next_pick()
-            if picked is not None:
-                lanes.remove(picked[0].rid)
-                lanes.charge(picked[0])
-                admitted.append((picked[0].request, picked[0].klass))
+            admit(lanes, admitted)
         elif roll < 0.9 and len(lanes):
             entry = rng.choice(list(lanes))
             (lanes.unpark if not entry.present else lanes.park)(entry.rid)
@@ -177,12 +173,12 @@ def test_overtake_counts_stay_exact_through_holds_aborts_and_settling() -> None:
             lanes.settle()
             for entry in lanes:
                 since = admitted[joined_at[entry.rid] :]
-                younger = [n for n, k in since if k == entry.klass and n > entry.request]
+                younger = [e for e in since if e.klass == entry.klass and e.request > entry.request]
                 assert lanes.overtaken(entry) == len(younger)
             oldest = {}
             for entry in lanes:
                 oldest[entry.klass] = min(oldest.get(entry.klass, count), entry.request)
-            needed = sum(1 for n, k in admitted if k in oldest and n > oldest[k])
+            needed = sum(1 for e in admitted if e.klass in oldest and e.request > oldest[e.klass])
             peak = max(peak, needed)
             # Per class: twice the most it kept, plus its size, plus slack; two classes.
             assert lanes.admitted_places <= 2 * (2 * peak + COMPACT_SLACK) + len(lanes)

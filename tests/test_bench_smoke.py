@@ -183,6 +183,77 @@ def test_replay_overhead_counts_the_measured_steps_under_callgrind() -> None:
 
 
 @pytest.mark.slow
+def test_replay_overhead_counts_only_the_schedulers_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measured region is the scheduler's calls of the measured steps and the collections
+    between them: building requests and model outputs (the engine's and the model runner's
+    work, the same for every policy) runs with the markers off (imports vLLM)."""
+    import gc
+
+    from prefixserving_lab.models.schedulers.registry import scheduler_class
+    from prefixserving_lab.runners import replay_overhead  # imports vLLM
+
+    collecting = False
+    seen: dict[str, list[bool]] = {"build": [], "output": [], "schedule": [], "add": []}
+
+    class Recorder(callgrind.Markers):
+        def __init__(self) -> None:
+            super().__init__(None)
+
+        def start(self) -> None:
+            nonlocal collecting
+            assert not collecting
+            collecting = True
+
+        def stop(self) -> None:
+            nonlocal collecting
+            assert collecting
+            collecting = False
+
+    make_factory, fabricate = replay_overhead.request_factory, replay_overhead.fabricate_output
+
+    def factory(*args: Any) -> Any:
+        make = make_factory(*args)
+
+        def build(*build_args: Any) -> Any:
+            seen["build"].append(collecting)
+            gc.collect(0)  # a collection the engine's request building sets off
+            return make(*build_args)
+
+        return build
+
+    def fabricate_output(*args: Any) -> Any:
+        seen["output"].append(collecting)
+        return fabricate(*args)
+
+    build_scheduler = replay_overhead.build_scheduler
+
+    def recording_scheduler(*args: Any) -> Any:
+        scheduler = build_scheduler(*args)
+        schedule, add_request = scheduler.schedule, scheduler.add_request
+        scheduler.schedule = lambda: seen["schedule"].append(collecting) or schedule()
+        scheduler.add_request = lambda r: seen["add"].append(collecting) or add_request(r)
+        return scheduler
+
+    monkeypatch.setattr(replay_overhead, "request_factory", factory)
+    monkeypatch.setattr(replay_overhead, "fabricate_output", fabricate_output)
+    monkeypatch.setattr(replay_overhead, "build_scheduler", recording_scheduler)
+    steps, warmup = 3, replay_overhead.WARMUP_STEPS
+    per_step = replay_overhead._one_pass(
+        scheduler_class("fcfs"), 40, steps, sim_step_s=0.01, markers=Recorder()
+    )
+    assert seen["schedule"] == [False] * warmup + [True] * steps
+    assert seen["add"][:40] == [False] * 40 and seen["add"][-1] is True  # the top-ups
+    assert seen["build"] and not any(seen["build"])
+    assert seen["output"] and not any(seen["output"])
+    assert not collecting
+    # Each build set off a collection: those of the measured steps are timed as gc_ms.
+    assert per_step["gc_ms"] > 0
+    assert per_step["total_ms"] == pytest.approx(
+        sum(per_step[k] for k in ("schedule_ms", "update_ms", "add_ms", "gc_ms"))
+    )
+
+
+@pytest.mark.slow
 def test_bench_replay_sweep_smoke(tmp_path: Path) -> None:
     """Load points, a header variant, a closed-loop session workload, the control and the GPU
     cost model in one small run (imports vLLM)."""

@@ -328,22 +328,26 @@ def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
         "## Scheduler CPU time per step",
         "",
-        "CPU ms per step of everything the engine calls on the scheduler (add_request for "
-        "arrivals, schedule, update_from_output), best of the repeats; x FCFS is the median "
+        "CPU ms per step of the engine's calls on the scheduler (add_request for arrivals, "
+        "schedule, update_from_output) and of the garbage collections between them (set off "
+        "while the engine builds requests, they walk the scheduler's objects too; building "
+        "requests and model outputs is not counted), best of the repeats; x FCFS is the median "
         "over the repeats of the policy's total over FCFS's in the same round. The last two "
         "columns (where counted) are callgrind's estimated cycles per step of the same work, "
         "one pass each with a simulated clock: within 0.2% on every run of the same code, "
         "however busy the machine.",
         "",
-        "| policy | waiting | schedule ms | update ms | add ms | total ms | x FCFS | "
+        "| policy | waiting | schedule ms | update ms | add ms | gc ms | total ms | x FCFS | "
         "M est. cycles | x FCFS (cycles) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in overhead:
         cycles = o.get("cycles_per_step")
+        gc_ms = o.get("gc_ms")
         lines.append(
             f"| {o['policy']} | {o['waiting']:,} | {o['schedule_ms']:.3f} | "
-            f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | {o['total_ms']:.3f} | "
+            f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | "
+            f"{'-' if gc_ms is None else f'{gc_ms:.3f}'} | {o['total_ms']:.3f} | "
             f"{_fmt(o['x_fcfs'])} | {'-' if cycles is None else f'{cycles / 1e6:.2f}'} | "
             f"{_fmt(o.get('x_fcfs_cycles'))} |"
         )

@@ -5,10 +5,15 @@ For each queue depth N (default 100, 1,000 and 10,000) and each policy:
 1. build the scheduler with a cache that holds the running set, fill the waiting queue with
    N requests of shared-prefix groups (``GROUP_SIZE`` prompts per group, ``PREFIX_TOKENS``
    shared + ``QUESTION_TOKENS`` own tokens, ``OUTPUT_TOKENS`` outputs);
-2. run ``WARMUP_STEPS`` steps, then ``steps`` measured steps; after every step, top the queue
-   back up to N (so every measured step sees N waiting);
+2. run ``WARMUP_STEPS`` steps, then ``steps`` measured steps (``TIMED_STEPS`` for CPU time,
+   ``MEASURED_STEPS`` counted: see their comments); after every step, top the queue back up to
+   N (so every measured step sees N waiting);
 3. measure CPU time (``time.process_time``) of everything the engine calls on the scheduler
-   per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``.
+   per step: ``add_request`` for the top-up, ``schedule`` and ``update_from_output``, plus the
+   garbage collections that run between those calls (``gc_ms``). Building the top-up's vLLM
+   requests and the model runner's output is left out: it is the same work under every policy
+   (about 0.5 ms a step at 1,000 waiting on the project's VM, which diluted every ratio when it
+   was counted), but a collection it sets off walks the scheduler's young objects too.
 
 Each pass starts as vLLM's engine core does after start-up: the heap is collected and frozen
 (``freeze_gc_heap``), so an earlier pass's garbage is not collected on this pass's time.
@@ -21,8 +26,9 @@ and its costliest functions, for the report when a policy misses its overhead go
 
 :func:`measure_instructions` is the deterministic twin of :func:`measure`: each policy runs one
 pass in a child process under callgrind (:mod:`.callgrind`), which counts the instructions and
-simulated cache misses of exactly the measured steps, with a simulated clock (``SIM_STEP_S``
-per step, so sibling holds do not depend on how slowly the pass runs) and a fixed hash seed.
+simulated cache misses of exactly the work step 3 times, with a simulated clock
+(``SIM_STEP_S`` per step, so sibling holds do not depend on how slowly the pass runs) and a
+fixed hash seed.
 The same code gives counts within 0.2% of each other, busy machine or not; the CPU-time ratios
 above moved by tens of percent from round to round on this project's machines. The counts leave
 out branch prediction and the TLB, so they complement the CPU times rather than replace them.
@@ -37,11 +43,12 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from vllm.utils.gc_utils import freeze_gc_heap
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
 
 from prefixserving_lab.models.replay_engine import EngineShape, build_scheduler
 from prefixserving_lab.models.schedulers.registry import BASELINE, scheduler_class
@@ -57,19 +64,26 @@ WARMUP_STEPS = 5
 ENGINE = EngineShape(num_blocks=8192, block_size=64, max_num_seqs=256)
 # Simulated seconds per step of the counted pass (about a decode step on one accelerator).
 SIM_STEP_S = 0.010
-# Measured steps per pass, CPU time and counted alike. With the default engine a pass cycles
-# every 16 steps: about 4 steps admit (8,192 prefill tokens each) until 256 requests run, then
-# about 11 decode-only steps until they finish (OUTPUT_TOKENS). A window must cover whole
-# cycles: 10 steps from WARMUP_STEPS hold no admission at all, where a policy's ordering code
-# barely runs (the counted ratio of PEEK was x1.04 over them and x1.09 over these 30).
+# Measured steps of a counted pass. With the default engine a pass cycles every 16 steps:
+# about 4 steps admit (8,192 prefill tokens each) until 256 requests run, then about 11
+# decode-only steps until they finish (OUTPUT_TOKENS). A window must cover whole cycles: 10
+# steps from WARMUP_STEPS hold no admission at all, where a policy's ordering code barely runs
+# (the counted ratio of PEEK was x1.04 over them and x1.09 over these 30).
 MEASURED_STEPS = 30
+# Measured steps of a timed pass: whole cycles of Python's full collections too. One runs when
+# the objects that survived since the last one reach a quarter of those it kept: about every
+# N / 64 steps here (16 arrivals a step), 0.1-0.3 s each at 10,000 waiting. A 30-step window
+# caught one or none by chance (PEEK x3.2 or x1.13 at 10,000 from one run to the next).
+TIMED_STEPS = 320
+
+T = TypeVar("T")
 
 
 def measure(
     classes: dict[str, type[Scheduler]],
     waiting: int,
     *,
-    steps: int = MEASURED_STEPS,
+    steps: int = TIMED_STEPS,
     repeats: int = 7,
 ) -> dict[str, dict[str, Any]]:
     """CPU ms per step of each policy in ``classes`` with ``waiting`` requests queued (module
@@ -180,7 +194,11 @@ def _one_pass(
 ) -> dict[str, float]:
     """One pass (module docstring). ``sim_step_s``: time sibling holds with a simulated clock
     that advances this much per step instead of ``time.monotonic``; ``markers``: callgrind's
-    markers (instrument before the warm-up, collect over the measured steps)."""
+    markers (instrument before the warm-up, collect over the scheduler's calls of the measured
+    steps). Only the scheduler's calls are timed and collected, plus the garbage collections
+    that run between them (``gc_ms``): building the top-up's vLLM requests and the fake model
+    output is the engine's and the model runner's work, the same for every policy, but a
+    collection it sets off walks every young object, the scheduler's included."""
     scheduler = build_scheduler(scheduler_cls, ENGINE)
     # As vLLM's engine core does after start-up: collect, then keep the start-up heap out of
     # later collections. Earlier passes' garbage is collected here, not in this pass's steps.
@@ -191,39 +209,66 @@ def _one_pass(
     marks = markers or callgrind.Markers(None)
     make = request_factory(ENGINE)
     counter = 0
+    totals = {"schedule_ms": 0.0, "update_ms": 0.0, "add_ms": 0.0, "gc_ms": 0.0}
+    measured = in_call = False
+    gc_start_s = 0.0
+
+    def timed(key: str, call: Callable[..., T], *args: Any) -> T:
+        nonlocal in_call
+        if not measured:
+            return call(*args)
+        marks.start()
+        in_call = True
+        t0 = time.process_time()
+        result = call(*args)
+        totals[key] += 1000 * (time.process_time() - t0)
+        in_call = False
+        marks.stop()
+        return result
+
+    def collection(phase: str, _: dict[str, int]) -> None:
+        # A collection the request or output building set off: it walks the scheduler's
+        # objects too, so it is the step's cost (one inside a scheduler call is timed there).
+        nonlocal gc_start_s
+        if not measured or in_call:
+            return
+        if phase == "start":
+            marks.start()
+            gc_start_s = time.process_time()
+        else:
+            totals["gc_ms"] += 1000 * (time.process_time() - gc_start_s)
+            marks.stop()
 
     def top_up() -> None:
         nonlocal counter
-        while len(scheduler.waiting) < waiting:
-            request = _request(counter)
-            scheduler.add_request(make(request, request.arrival_s))
-            counter += 1
+        arrivals = [_request(i) for i in range(counter, counter + waiting - len(scheduler.waiting))]
+        counter += len(arrivals)
+        requests = [make(arrival, arrival.arrival_s) for arrival in arrivals]
+        timed("add_ms", _add_all, scheduler, requests)
 
     top_up()
-    totals = {"schedule_ms": 0.0, "update_ms": 0.0, "add_ms": 0.0}
     marks.instrument()
-    for step in range(WARMUP_STEPS + steps):
-        measured = step >= WARMUP_STEPS
-        if step == WARMUP_STEPS:
-            marks.start()
-        if sim_step_s is not None:
-            sim_clock.now_s += sim_step_s
-        t0 = time.process_time()
-        output = scheduler.schedule()
-        t1 = time.process_time()
-        scheduler.update_from_output(output, fabricate_output(output, scheduler))
-        t2 = time.process_time()
-        top_up()
-        t3 = time.process_time()
-        if measured:
-            totals["schedule_ms"] += 1000 * (t1 - t0)
-            totals["update_ms"] += 1000 * (t2 - t1)
-            totals["add_ms"] += 1000 * (t3 - t2)
-    marks.stop()
+    gc.callbacks.append(collection)
+    try:
+        for step in range(WARMUP_STEPS + steps):
+            measured = step >= WARMUP_STEPS
+            if sim_step_s is not None:
+                sim_clock.now_s += sim_step_s
+            output = timed("schedule_ms", scheduler.schedule)
+            model_output = fabricate_output(output, scheduler)
+            timed("update_ms", scheduler.update_from_output, output, model_output)
+            top_up()
+    finally:
+        gc.callbacks.remove(collection)
     gc.unfreeze()
     per_step = {k: v / steps for k, v in totals.items()}
     per_step["total_ms"] = sum(per_step.values())
     return per_step
+
+
+def _add_all(scheduler: Scheduler, requests: list[Request]) -> None:
+    for request in requests:
+        scheduler.add_request(request)
 
 
 def _request(i: int) -> ReplayRequest:

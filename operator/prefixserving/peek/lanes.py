@@ -86,7 +86,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 R = TypeVar("R")
 
@@ -108,10 +108,10 @@ class Pick(Enum):
     CACHE = "cache"
 
 
-@dataclass(frozen=True, slots=True)
-class Stamps:
+class Stamps(NamedTuple):
     """Where a request stands in arrival order: kept when the engine puts a request back in the
-    step it took it (it never left the queue)."""
+    step it took it (it never left the queue). A tuple of ints, so Python's collector stops
+    tracking it after its first collection: it never counts towards a full collection."""
 
     order: tuple[Any, ...]
     arrival_work: int

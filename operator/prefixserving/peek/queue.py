@@ -141,13 +141,6 @@ class _Admission(Generic[R, H]):
     frontier: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Popped:
-    """A request popped this step: its lanes entry (charge to refund, place to restore)."""
-
-    entry: Entry[Any]
-
-
 class PeekQueue(Generic[R, H]):
     """Waiting queue in PEEK order over an :class:`EngineView`; see the module docstring."""
 
@@ -174,7 +167,8 @@ class PeekQueue(Generic[R, H]):
         self.last_guard_report = GuardReport(0, 0, 0, free_short=False)
         self._seq = itertools.count()
         self._unconfirmed: list[_Admission[R, H]] = []
-        self._popped_this_step: dict[str, _Popped] = {}
+        # Requests popped this step: their lanes entries (charge to refund, place to restore).
+        self._popped_this_step: dict[str, Entry[R]] = {}
         self._pioneer_requests: dict[str, R] = {}
         self._candidate: tuple[Entry[R], Pick] | None = None
         self._holds_fresh = False
@@ -242,14 +236,14 @@ class PeekQueue(Generic[R, H]):
         rid = self.view.request_id(request)
         popped = self._popped_this_step.pop(rid, None)
         if popped is not None:
-            self.lanes.refund(popped.entry)
+            self.lanes.refund(popped)
             self._unconfirmed = [a for a in self._unconfirmed if a.request is not request]
         if self._pioneer_requests.pop(rid, None) is not None:
             self._unpark(self.holding.retire_pioneer(rid, self._now_s))
         if not self.settings.lanes:
             self._insert(request, resume=True)
         else:
-            self._insert(request, stamps=None if popped is None else popped.entry.stamps)
+            self._insert(request, stamps=None if popped is None else popped.stamps)
 
     def prepend_requests(self, requests: Iterable[R]) -> None:
         """Prepend each in turn, so the last one ends up first (vLLM's documented order)."""
@@ -275,7 +269,7 @@ class PeekQueue(Generic[R, H]):
         )
         self._drop(rid)
         self.lanes.charge(entry)
-        self._popped_this_step[rid] = _Popped(entry)
+        self._popped_this_step[rid] = entry
         self.stats.admitted[pick.value] += 1
         self.stats.admitted_tokens[pick.value] += entry.cost_tokens
         return entry.request

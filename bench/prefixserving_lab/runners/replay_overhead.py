@@ -26,7 +26,7 @@ and its costliest functions, for the report when a policy misses its overhead go
 
 :func:`measure_instructions` is the deterministic twin of :func:`measure`: each policy runs one
 pass in a child process under callgrind (:mod:`.callgrind`), which counts the instructions and
-simulated cache misses of exactly the work step 3 times, with a simulated clock
+simulated cache misses of exactly the work that step 3 times, with a simulated clock
 (``SIM_STEP_S`` per step, so sibling holds do not depend on how slowly the pass runs) and a
 fixed hash seed.
 The same code gives counts within 0.2% of each other, busy machine or not; the CPU-time ratios
@@ -217,13 +217,13 @@ def _one_pass(
         nonlocal in_call
         if not measured:
             return call(*args)
+        in_call = True  # first: the markers toggle, so a collection must not start them again
         marks.start()
-        in_call = True
         t0 = time.process_time()
         result = call(*args)
         totals[key] += 1000 * (time.process_time() - t0)
-        in_call = False
         marks.stop()
+        in_call = False
         return result
 
     def collection(phase: str, _: dict[str, int]) -> None:

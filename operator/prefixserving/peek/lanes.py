@@ -110,8 +110,9 @@ class Pick(Enum):
 
 class Stamps(NamedTuple):
     """Where a request stands in arrival order: kept when the engine puts a request back in the
-    step it took it (it never left the queue). A tuple of ints, so Python's collector stops
-    tracking it after its first collection: it never counts towards a full collection."""
+    step it took it (it never left the queue). It holds plain values only (counters; arrival
+    time and request id under a priority policy), so Python's collector stops tracking it after
+    a collection or two: it does not bring the next full collection nearer."""
 
     order: tuple[Any, ...]
     arrival_work: int

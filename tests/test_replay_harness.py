@@ -252,3 +252,34 @@ def test_peek_reserves_one_block_per_running_request_more_than_the_no_reserve_va
     next_step = variant._decode_reserve_blocks()
     assert next_step is not None
     assert peek._decode_reserve_blocks() == next_step + 3
+
+
+def test_a_step_with_every_request_slot_taken_checks_nothing_against_the_decode_reserve() -> None:
+    """With every request slot taken vLLM admits nothing (its waiting loop stops at the slot
+    check), so PEEK computes no reserve for the step and counts no headroom stop, though the
+    waiting request would not fit beside the reserve (it does count one with a slot free)."""
+    from prefixserving_lab.models.replay_engine import build_scheduler
+    from prefixserving_lab.runners.replay import request_factory
+
+    cold = [request(f"c{i}", 0.0, [((NS_COLD, i), 80)], 4) for i in range(4)]
+    make = request_factory(EngineShape(num_blocks=22, block_size=BLOCK, max_model_len=8192))
+    schedulers = {}
+    for slots in (3, 4):
+        shape = EngineShape(num_blocks=22, block_size=BLOCK, max_model_len=8192, max_num_seqs=slots)
+        scheduler = build_scheduler(scheduler_class("peek"), shape)
+        for r in cold[:3]:
+            scheduler.add_request(make(r, r.arrival_s))
+        scheduler.schedule()
+        assert len(scheduler.running) == 3
+        scheduler.add_request(make(cold[3], 0.0))
+        schedulers[slots] = scheduler
+    full, free = schedulers[3], schedulers[4]
+    assert full._decode_reserve_blocks() is None
+    reserve = free._decode_reserve_blocks()
+    assert reserve is not None and reserve >= 3
+    # The fourth request needs 6 new blocks; the pool keeps fewer than that beyond the reserve.
+    assert free.kv_cache_manager.block_pool.get_num_free_blocks() - 6 < reserve
+    for scheduler, stops in ((free, 1), (full, 0)):
+        scheduler.schedule()
+        assert len(scheduler.running) == 3 and len(scheduler.waiting) == 1
+        assert scheduler.peek_snapshot().headroom_stops == stops

@@ -21,6 +21,7 @@ group agrees, which probing one group cannot tell).
 
 Interfaces used, all kept by vLLM 0.32 and 0.33: ``Scheduler.__init__`` / ``schedule`` /
 ``update_from_output`` / ``reset_prefix_cache`` / ``shutdown``, ``running``, ``policy``,
+``max_num_active_reqs``, ``num_waiting_for_streaming_input``,
 ``kv_cache_config``, ``SchedulerOutput.preempted_req_ids``, ``RequestQueue``,
 ``Request.block_hashes`` / ``num_tokens`` / ``num_prompt_tokens`` / ``num_computed_tokens`` /
 ``status`` / ``priority`` / ``arrival_time``, and on the block pool
@@ -309,9 +310,15 @@ class PeekScheduler(Scheduler):
         allocate before they all decode (one for each decode whose next token starts a block,
         and the rest of each prefill beyond this step's chunk, capped by
         ``long_prefill_token_threshold`` or the token budget), plus
-        ``decode_reserve_blocks`` for each of them (their next blocks of output). None when
-        nothing runs. O(running)."""
-        if not self.running:
+        ``decode_reserve_blocks`` for each of them (their next blocks of output). O(running).
+
+        None when nothing runs, and when every request slot is taken: vLLM then admits nothing
+        this step (its waiting loop stops at the slot check, right after asking the queue
+        whether a request is presentable, and running requests leave a step only by
+        preemption, which skips the waiting loop), so no presentation is checked against the
+        reserve. With a deep queue most steps are such steps (the batch is full), and the loop
+        is skipped on them."""
+        if not self.running or self._slots_full():
             return None
         block_size = self.block_size
         threshold = self.scheduler_config.long_prefill_token_threshold
@@ -325,6 +332,11 @@ class PeekScheduler(Scheduler):
             after_this_step = min(computed + chunk, prompt)
             blocks += -(-prompt // block_size) - -(-after_this_step // block_size)
         return blocks
+
+    def _slots_full(self) -> bool:
+        """vLLM's own slot check in its waiting loop: no request can be admitted now."""
+        active = len(self.running) + self.num_waiting_for_streaming_input
+        return active >= self.max_num_active_reqs
 
     def _pioneers_first(self) -> None:
         """Stable-move running pioneers to the front of ``self.running``. O(running)."""

@@ -184,7 +184,8 @@ class PeekQueue(Generic[R, H]):
         """Call once per scheduler step before the engine allocates (module docstring).
         ``window_blocks``: the engine's estimate of the blocks the step allocates (the guard's
         scan window); ``reserve_blocks``: blocks the running requests still need (None when
-        nothing runs: then admission is left to the engine, which can always drain its queue)."""
+        nothing runs, so admission is left to the engine, which can always drain its queue; or
+        when the engine admits nothing this step, so nothing is checked against it)."""
         self._now_s = now_s
         self._confirm_admissions(_memoized(self.view.is_cached))
         self._popped_this_step.clear()
@@ -470,7 +471,8 @@ class PeekQueue(Generic[R, H]):
 
     def _fits(self, entry: Entry[R]) -> bool:
         """Decode headroom: the request's new blocks, plus one for its first output block,
-        leave the blocks the running requests still need. Always true while nothing runs."""
+        leave the blocks the running requests still need. Always true without a reserve
+        (nothing runs, or the engine admits nothing this step)."""
         if self._reserve_blocks is None:
             return True
         new_blocks = -(-entry.cost_tokens // self.view.block_size) + 1

@@ -343,11 +343,10 @@ def _overhead_table(overhead: Sequence[dict[str, Any]]) -> list[str]:
     ]
     for o in overhead:
         cycles = o.get("cycles_per_step")
-        gc_ms = o.get("gc_ms")
         lines.append(
             f"| {o['policy']} | {o['waiting']:,} | {o['schedule_ms']:.3f} | "
             f"{o['update_ms']:.3f} | {o['add_ms']:.3f} | "
-            f"{'-' if gc_ms is None else f'{gc_ms:.3f}'} | {o['total_ms']:.3f} | "
+            f"{_fmt(o.get('gc_ms'))} | {o['total_ms']:.3f} | "
             f"{_fmt(o['x_fcfs'])} | {'-' if cycles is None else f'{cycles / 1e6:.2f}'} | "
             f"{_fmt(o.get('x_fcfs_cycles'))} |"
         )

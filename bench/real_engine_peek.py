@@ -161,11 +161,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
         one chunk: TPOT 0)."""
         if any(stock[key] is None or peek[key] is None for stock, peek in pairs):
             return None
-        ratios = [
-            (peek[key] / stock[key]) if peek_over_stock else (stock[key] / peek[key])
+        fractions = [
+            (peek[key], stock[key]) if peek_over_stock else (stock[key], peek[key])
             for stock, peek in pairs
-            if (stock[key] if peek_over_stock else peek[key]) > 0
         ]
+        ratios = [numerator / divisor for numerator, divisor in fractions if divisor > 0]
         return round(statistics.median(ratios), 3) if ratios else None
 
     summary: dict[str, float | bool | None] = {

@@ -134,6 +134,24 @@ def test_extra_misses_split_into_what_no_pod_held_and_the_rest() -> None:
     assert same.misses_after == same.misses_in_dip == Misses(0, 0)
 
 
+def test_best_placement_dips_only_where_no_ready_pod_held_what_steady_hit() -> None:
+    """Steady hits 80 tokens of each request; after the fault the run hits 50 for two
+    buckets. Where a Ready pod held all 100 tokens when each was routed, the best placement
+    would not have dipped: the router's choice lost the hits. Where pods held only 60
+    (75% of steady), no placement could have kept 90%: the fault took them."""
+    setup = FaultSetup(fault_s=30.0, bucket_s=15.0)
+    steady = _outcomes([0.8] * 6, 15.0)
+    hits = [0.8, 0.8, 0.5, 0.5, 0.75, 0.75]
+    routed_badly = series("engines-out", _outcomes(hits, 15.0, fleet_hit=100), steady, setup)
+    assert routed_badly.longest_dip_s == 30.0 and routed_badly.best_placement_dip_s == 0.0
+    assert routed_badly.buckets[2].best_of_steady == pytest.approx(100 / 80)
+    taken = series("engines-out", _outcomes(hits, 15.0, fleet_hit=60), steady, setup)
+    assert taken.longest_dip_s == taken.best_placement_dip_s == 30.0
+    # A request that hit more than the fleet held when it was routed (its pod cached more of
+    # it while it queued) counts what it hit.
+    assert taken.buckets[4].best_of_steady == pytest.approx(75 / 80)
+
+
 @pytest.mark.parametrize(
     ("scenario", "policy"),
     [("engines-out", "prefix_affinity"), ("router-restart", "sglang_cache_aware")],

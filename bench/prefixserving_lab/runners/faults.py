@@ -23,6 +23,13 @@ consecutive buckets whose ratio is below ``DIP_RATIO`` (90%) lasting longer than
 ``DIP_LIMIT_S`` (60 s). A bucket's ratio is NaN (and ends no stretch nor starts one) when
 either run has no prompt tokens there.
 
+**Best placement** (:func:`best_placement_hit_rate`): the same ratio and dip had each request
+gone to the Ready pod that held the most of its prompt when it was routed. It is a bound for
+any router *from the moment of routing*, given what the fleet cached then; it says nothing of
+what a different placement before the fault would have left on the surviving pods. When the
+best placement's dip is itself over the limit, the miss is what the fault took away, not where
+the router sent the requests after it.
+
 Deterministic; cost: one cluster simulation per scenario.
 """
 
@@ -156,13 +163,25 @@ def run_scenario(
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    """Requests that arrived in ``[start_s, start_s + bucket_s)``."""
+    """Requests that arrived in ``[start_s, start_s + bucket_s)``: their hit rate, its ratio
+    to the steady run's in the same bucket, the best placement's ratio
+    (:func:`best_placement_hit_rate`) and TTFT p99."""
 
     start_s: float
     requests: int
     hit_rate: float
     of_steady: float
+    best_of_steady: float
     ttft_p99_s: float
+
+
+def best_placement_hit_rate(outcomes: Sequence[Outcome]) -> float:
+    """Hit rate had each request gone to the Ready pod that held the most of its prompt when
+    it was routed (``fleet_hit_tokens``), or what it did hit where that is more (its pod
+    cached more of it while it queued); NaN for none. O(len(outcomes))."""
+    total = sum(o.input_tokens for o in outcomes)
+    best = sum(max(o.hit_tokens, o.fleet_hit_tokens) for o in outcomes)
+    return best / total if total else math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +212,10 @@ class Misses:
 
 @dataclass(frozen=True, slots=True)
 class FaultSeries:
-    """One scenario over time, and the goal (module docstring). ``misses_after``: the extra
-    misses of every request after the fault; ``misses_in_dip``: of those that arrived during
-    the longest dip (none when there is no dip)."""
+    """One scenario over time, and the goal (module docstring). ``best_placement_dip_s``: the
+    longest dip of the best placement's ratio; ``misses_after``: the extra misses of every
+    request after the fault; ``misses_in_dip``: of those that arrived during the longest dip
+    (none when there is no dip)."""
 
     scenario: str
     hit_rate_after: float
@@ -204,6 +224,7 @@ class FaultSeries:
     steady_ttft_p99_after_s: float
     lowest_of_steady: float
     longest_dip_s: float
+    best_placement_dip_s: float
     buckets: tuple[Bucket, ...]
     misses_after: Misses = Misses()
     misses_in_dip: Misses = Misses()
@@ -220,6 +241,25 @@ def _buckets(result: ClusterResult, bucket_s: float) -> dict[int, list]:
     return out
 
 
+def _ratio(rate: float, steady_rate: float) -> float:
+    return rate / steady_rate if steady_rate and not math.isnan(rate) else math.nan
+
+
+def _longest_dip(ratios: Sequence[tuple[float, float]], bucket_s: float) -> tuple[float, float]:
+    """(length, end) in seconds of the longest run of consecutive buckets whose ratio is below
+    ``DIP_RATIO``; ``ratios``: (bucket start, ratio) in time order, NaN ratios skipped. The
+    end is NaN when there is no dip."""
+    longest = current = 0.0
+    end_s = math.nan
+    for start_s, ratio in ratios:
+        if math.isnan(ratio):
+            continue
+        current = current + bucket_s if ratio < DIP_RATIO else 0.0
+        if current > longest:
+            longest, end_s = current, start_s + bucket_s
+    return longest, end_s
+
+
 def series(
     scenario: str, result: ClusterResult, steady: ClusterResult, setup: FaultSetup
 ) -> FaultSeries:
@@ -230,20 +270,20 @@ def series(
     for index in sorted(mine):
         outcomes = mine[index]
         rate, steady_rate = outcomes_hit_rate(outcomes), outcomes_hit_rate(ref.get(index, []))
-        ratio = rate / steady_rate if steady_rate and not math.isnan(rate) else math.nan
         ttfts = [o.ttft_s for o in outcomes if o.ttft_s is not None]
         buckets.append(
-            Bucket(index * setup.bucket_s, len(outcomes), rate, ratio, quantile(ttfts, 0.99))
+            Bucket(
+                index * setup.bucket_s,
+                len(outcomes),
+                rate,
+                _ratio(rate, steady_rate),
+                _ratio(best_placement_hit_rate(outcomes), steady_rate),
+                quantile(ttfts, 0.99),
+            )
         )
     after = [b for b in buckets if b.start_s >= first * setup.bucket_s]
-    longest = current = 0.0
-    dip_end_s = math.nan  # end of the longest dip's last bucket
-    for b in after:
-        if math.isnan(b.of_steady):
-            continue
-        current = current + setup.bucket_s if b.of_steady < DIP_RATIO else 0.0
-        if current > longest:
-            longest, dip_end_s = current, b.start_s + setup.bucket_s
+    longest, dip_end_s = _longest_dip([(b.start_s, b.of_steady) for b in after], setup.bucket_s)
+    best_dip_s, _ = _longest_dip([(b.start_s, b.best_of_steady) for b in after], setup.bucket_s)
     ratios = [b.of_steady for b in after if not math.isnan(b.of_steady)]
 
     mine_after, steady_after = (
@@ -263,6 +303,7 @@ def series(
         p99(steady_after),
         min(ratios) if ratios else math.nan,
         longest,
+        best_dip_s,
         tuple(buckets),
         Misses.of(mine_after, by_index),
         Misses.of(in_dip, by_index),

@@ -3,9 +3,13 @@ the variable's name and an example."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from prefixserving import constants
+from prefixserving.peek import settings as settings_module
 from prefixserving.peek.lanes import MAX_RESPONSE_RATIO
 from prefixserving.peek.settings import PeekSettings
 
@@ -36,21 +40,9 @@ def test_a_bad_decode_reserve_names_the_variable_and_an_example(raw: str, messag
     assert constants.ENV_DECODE_RESERVE_BLOCKS in str(caught.value)
 
 
-def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
-    """docs/peek.md's table of engine variables states each default as PeekSettings has it
-    (it once said 256 overtakes while the engine used 128)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "peek.md").read_text()
-    rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(
-            r"^\|[^\n]*`(PREFIXSERVING_[A-Z_]+)`[^\n]*\| `([^`]+)` \|$", text, re.M
-        )
-    }
+def _expected_defaults() -> dict[str, object]:
     defaults = PeekSettings()
-    expected = {
+    return {
         constants.ENV_MAX_SIBLING_WAIT_MS: defaults.max_sibling_wait_ms,
         constants.ENV_PIN_BUDGET_FRACTION: defaults.pin_budget_fraction,
         constants.ENV_LANES: defaults.lanes,
@@ -58,9 +50,34 @@ def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
         constants.ENV_MAX_RESPONSE_RATIO: defaults.max_response_ratio,
         constants.ENV_DECODE_RESERVE_BLOCKS: defaults.decode_reserve_blocks,
     }
-    assert set(rows) == set(expected), rows
+
+
+def _assert_shows_the_defaults(rows: dict[str, str], where: str) -> None:
+    expected = _expected_defaults()
+    assert set(rows) == set(expected), (where, rows)
     for name, value in expected.items():
         shown = rows[name]
         assert (
             (shown == str(value).lower()) if isinstance(value, bool) else (float(shown) == value)
-        ), (name, shown, value)
+        ), (where, name, shown, value)
+
+
+def test_the_docs_settings_table_gives_the_engines_defaults() -> None:
+    """docs/peek.md's table of engine variables states each default as PeekSettings has it
+    (it once said 256 overtakes while the engine used 128)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "peek.md").read_text()
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(
+            r"^\|[^\n]*`(PREFIXSERVING_[A-Z_]+)`[^\n]*\| `([^`]+)` \|$", text, re.M
+        )
+    }
+    _assert_shows_the_defaults(rows, "docs/peek.md")
+
+
+def test_the_settings_module_table_gives_the_engines_defaults() -> None:
+    """The settings module's docstring table too (it said 0 decode reserve blocks after the
+    default became 1)."""
+    doc = settings_module.__doc__ or ""
+    rows = dict(re.findall(r"^``(PREFIXSERVING_[A-Z_]+)``\s+(\S+)\s", doc, re.M))
+    _assert_shows_the_defaults(rows, "prefixserving.peek.settings")

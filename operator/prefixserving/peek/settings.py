@@ -16,11 +16,12 @@ variable                                  default  meaning
                                                    vLLM's own order
 ``PREFIXSERVING_MAX_OVERTAKES``           128      most younger requests admitted ahead of any
                                                    waiting request (0: arrival order)
-``PREFIXSERVING_DECODE_RESERVE_BLOCKS``   0        KV blocks decode headroom keeps for each
+``PREFIXSERVING_DECODE_RESERVE_BLOCKS``   1        KV blocks decode headroom keeps for each
                                                    running request beyond what the running
                                                    requests allocate in the next step (1: about
                                                    FCFS's preemptions and TPOT under overload,
-                                                   at some TTFT cost; docs/peek.md)
+                                                   at some TTFT cost; 0: more admitted at once;
+                                                   docs/peek.md)
 ``PREFIXSERVING_MAX_RESPONSE_RATIO``      8        response ratio from which the aged lane goes
                                                    first (:mod:`.lanes`; not in the spec: set it
                                                    through ``spec.engine.env``)

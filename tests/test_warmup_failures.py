@@ -215,15 +215,19 @@ async def test_with_a_handover_the_replaced_engines_share_is_replayed_too(
 
         monkeypatch.setattr("prefixserving.warmup.runner.resolve_handover", claimed)
         await _send_documents(router.client)
-        joined = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32)
         handed = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32, replaces=a_url)
+        # Which prefixes move depends on how the servers' random ports hash, so the expected
+        # share is taken as the router computes it for a member joining the engines that stay
+        # (the replaced one gone); tests/test_router_hot.py ranks with fixed addresses.
+        staying = router.router.hot.owned_by(new_url, [b_url], policy, 32)
         config = _from_router(new_url, router.url, handover_selector="app=engine")
         state = WarmupState()
         await run_warmup(config, state)
     assert asked == ["app=engine"]
     assert state.identity == "engine-a", "it serves the replaced pod's routing identity"
-    assert len(handed) > len(joined), "the replaced engine's keys move, some to the new one"
-    assert sorted(b["prompt"] for _, b in new.received) == sorted(r.body["prompt"] for r in handed)
+    prompts = sorted(r.body["prompt"] for r in handed)
+    assert prompts == sorted(r.body["prompt"] for r in staying), "the replaced engine is gone"
+    assert sorted(b["prompt"] for _, b in new.received) == prompts
 
 
 def test_event_only_inside_a_pod() -> None:

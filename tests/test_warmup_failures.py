@@ -148,10 +148,10 @@ async def test_engine_that_never_gets_healthy_times_out() -> None:
     assert state.summary()["phase"] == "timed_out"
 
 
-async def _send_documents(client: httpx.AsyncClient) -> None:
-    """Three questions on each of 24 documents, through the router."""
+async def _send_documents(client: httpx.AsyncClient, tag: str = "") -> None:
+    """Three questions on each of 24 documents (named by ``tag``), through the router."""
     for group in range(24):
-        document = f"shared document {group} " + "lorem ipsum dolor sit amet " * 40
+        document = f"{tag}shared document {group} " + "lorem ipsum dolor sit amet " * 40
         for question in range(3):
             body = completion(document + f" question {question}")
             assert (await client.post("/v1/completions", json=body)).status_code == 200
@@ -214,17 +214,23 @@ async def test_with_a_handover_the_replaced_engines_share_is_replayed_too(
             return Handover(a_url, "engine-a")
 
         monkeypatch.setattr("prefixserving.warmup.runner.resolve_handover", claimed)
-        await _send_documents(router.client)
-        handed = router.router.hot.owned_by(new_url, [a_url, b_url], policy, 32, replaces=a_url)
-        # Which prefixes move depends on how the servers' random ports hash, so the expected
-        # share is taken as the router computes it for a member joining the engines that stay
-        # (the replaced one gone); tests/test_router_hot.py ranks with fixed addresses.
-        staying = router.router.hot.owned_by(new_url, [b_url], policy, 32)
+        hot = router.router.hot
+        # Which prefixes move depends on how the servers' random ports hash: documents are
+        # added until one ranks the replaced engine first and the new member second, so that
+        # the handover moves a key to it (24 documents hold none about 1 time in 80).
+        for batch in range(4):
+            await _send_documents(router.client, tag=f"batch {batch} ")
+            joined = hot.owned_by(new_url, [a_url, b_url], policy, 32)
+            handed = hot.owned_by(new_url, [a_url, b_url], policy, 32, replaces=a_url)
+            if len(handed) > len(joined):
+                break
+        staying = hot.owned_by(new_url, [b_url], policy, 32)
         config = _from_router(new_url, router.url, handover_selector="app=engine")
         state = WarmupState()
         await run_warmup(config, state)
     assert asked == ["app=engine"]
     assert state.identity == "engine-a", "it serves the replaced pod's routing identity"
+    assert len(handed) > len(joined), "the replaced engine's keys move, some to the new one"
     prompts = sorted(r.body["prompt"] for r in handed)
     assert prompts == sorted(r.body["prompt"] for r in staying), "the replaced engine is gone"
     assert sorted(b["prompt"] for _, b in new.received) == prompts

@@ -19,8 +19,9 @@ demo: setup
 test: setup lint
 	# The operator scenarios on a real cluster: they skip, saying why, when none is reachable.
 	$(BIN)/pytest -p no:cacheprovider -q -ra e2e
-	# The slowest 25 tests are listed at the end, to see where the time goes.
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 tests
+	# Two workers: on two cores one alone left a core idle about half the time (waits on
+	# engines, scrapes and subprocesses). The slowest 25 tests are listed at the end.
+	$(BIN)/pytest -p no:cacheprovider -q -ra -n 2 --dist loadgroup --durations=25 tests
 
 ## The tests that start no process and import no vLLM (no engines, Prometheus, helm...).
 test-fast: setup

@@ -9,6 +9,10 @@ Each runs at most ``SHARED_ENGINE_MAX_NUM_SEQS`` requests at once: a test that n
 keeps more than that in flight (``engine.config.max_num_seqs``), whatever the machine's speed.
 Both publish their KV cache events as the operator configures them (``router.kvEvents``:
 ZMQ on free ports, ``sha256_cbor`` block hashes); :func:`kv_event_ports` reads the ports back.
+
+``make test`` runs the tests on two pytest-xdist workers; every test that uses the shared
+engines runs on the same worker (:func:`pytest_collection_modifyitems`), so they still start
+once.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ TOOLS_BIN = ROOT / ".tools" / "bin"
 
 # Small, so that a queue costs a test few requests (the other tests send at most 6 at once).
 SHARED_ENGINE_MAX_NUM_SEQS = 8
+# The fixtures that start the session's shared engines (a test's fixture closure names them).
+SHARED_ENGINE_FIXTURES = frozenset({"real_engines", "real_engine"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +46,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
     guard = SlowMarkerGuard((ROOT / "operator", ROOT / "tests", ROOT / "bench"))
     config.pluginmanager.register(guard, "slow-marker-guard")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Worker groups for ``pytest -n 2 --dist loadgroup`` (``make test``; no effect without
+    ``-n``): every test that uses the shared engines (:data:`SHARED_ENGINE_FIXTURES`) runs on
+    one worker, so they start once per session; each file's other tests stay together on one
+    worker, so a module-scoped fixture is set up once. O(tests)."""
+    for item in items:
+        uses_engines = not SHARED_ENGINE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        group = "shared-engines" if uses_engines else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

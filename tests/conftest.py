@@ -39,6 +39,8 @@ TOOLS_BIN = ROOT / ".tools" / "bin"
 SHARED_ENGINE_MAX_NUM_SEQS = 8
 # The fixtures that start the session's shared engines (a test's fixture closure names them).
 SHARED_ENGINE_FIXTURES = frozenset({"real_engines", "real_engine"})
+# Why this worker's tests cannot run grouped (:func:`pytest_collection_finish`).
+UNGROUPED = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,6 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(guard, "slow-marker-guard")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Worker groups for ``pytest -n 2 --dist loadgroup`` (``make test``; no effect without
     ``-n``): every test that uses the shared engines (:data:`SHARED_ENGINE_FIXTURES`) runs on
@@ -57,6 +60,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses_engines = not SHARED_ENGINE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
         group = "shared-engines" if uses_engines else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail every test of a ``--dist loadgroup`` worker whose tests lost their group.
+    pytest-xdist passes the group in the node id (``test_x.py::test_y@group``); pytest 9.2
+    ignores the id xdist sets (pytest-dev/pytest-xdist#1386), and the tests would then be spread
+    one by one, nothing failing: the shared engines started on every worker, module fixtures
+    set up twice. (An error raised here would reach the user as a bare worker crash.)"""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = sum(1 for item in session.items if "@" not in item.nodeid)
+    if lost:
+        session.config.stash[UNGROUPED] = (
+            f"pytest-xdist did not group {lost} of {len(session.items)} tests "
+            "(pytest-dev/pytest-xdist#1386): install pytest<9.2, as pyproject.toml pins it, "
+            "or a pytest-xdist release that fixes #1386"
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if (why := item.config.stash.get(UNGROUPED, None)) is not None:
+        pytest.fail(why, pytrace=False)
 
 
 @pytest.fixture(scope="session")

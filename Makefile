@@ -25,7 +25,7 @@ test: setup lint
 
 ## The tests that start no process and import no vLLM (no engines, Prometheus, helm...).
 test-fast: setup
-	$(BIN)/pytest -p no:cacheprovider -q -ra -m "not slow" tests
+	$(BIN)/pytest -p no:cacheprovider -q -ra -n 2 --dist loadgroup -m "not slow" tests
 
 lint:
 	$(BIN)/ruff check operator tests bench e2e

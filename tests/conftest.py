@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker, so a module-scoped fixture is set up once. O(tests)."""
     for item in items:
         uses_engines = not SHARED_ENGINE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-        group = "shared-engines" if uses_engines else item.path.name
+        group = "shared-engines" if uses_engines else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/.tools/bin:$(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 REGISTRY ?= ghcr.io/prefixserving
+# Two pytest workers: on two cores one alone left a core idle about half the time (waits on
+# engines, scrapes and subprocesses). tests/conftest.py groups the tests that share engines.
+WORKERS := -n 2 --dist loadgroup
 
 .PHONY: setup demo test vllm-contract test-fast lint crds docs images
 
@@ -19,13 +22,12 @@ demo: setup
 test: setup lint
 	# The operator scenarios on a real cluster: they skip, saying why, when none is reachable.
 	$(BIN)/pytest -p no:cacheprovider -q -ra e2e
-	# Two workers: on two cores one alone left a core idle about half the time (waits on
-	# engines, scrapes and subprocesses). The slowest 25 tests are listed at the end.
-	$(BIN)/pytest -p no:cacheprovider -q -ra -n 2 --dist loadgroup --durations=25 tests
+	# The slowest 25 tests are listed at the end, to see where the time goes.
+	$(BIN)/pytest -p no:cacheprovider -q -ra $(WORKERS) --durations=25 tests
 
 ## The tests that start no process and import no vLLM (no engines, Prometheus, helm...).
 test-fast: setup
-	$(BIN)/pytest -p no:cacheprovider -q -ra -n 2 --dist loadgroup -m "not slow" tests
+	$(BIN)/pytest -p no:cacheprovider -q -ra $(WORKERS) -m "not slow" tests
 
 lint:
 	$(BIN)/ruff check operator tests bench e2e

@@ -53,7 +53,7 @@ def admit(lanes: Lanes[int], admitted: list[Entry[int]] | None = None) -> tuple[
         return None
     entry, pick = picked
     lanes.remove(entry.rid)
-    lanes.charge(entry)
+    lanes.charge(entry, pick)
     if admitted is not None:
         admitted.append(entry)
     return entry.rid, pick
@@ -198,14 +198,14 @@ def test_a_put_back_request_keeps_its_count() -> None:
     lanes.park("r0")
     popped = []
     for _ in range(2):
-        entry, _pick = lanes.next_pick() or (None, None)
-        assert entry is not None
-        lanes.remove(entry.rid)
-        lanes.charge(entry)
-        popped.append(entry)
-    assert [e.rid for e in popped] == ["r2", "r1"]
-    lanes.refund(popped[1])
-    back = lanes.add("r1", 1, klass=0, order=(1,), cost_tokens=50, stamps=popped[1].stamps)
+        picked = lanes.next_pick()
+        assert picked is not None
+        lanes.remove(picked[0].rid)
+        lanes.charge(*picked)
+        popped.append(picked)
+    assert [entry.rid for entry, _ in popped] == ["r2", "r1"]
+    lanes.refund(*popped[1])
+    back = lanes.add("r1", 1, klass=0, order=(1,), cost_tokens=50, stamps=popped[1][0].stamps)
     lanes.unpark("r0")
     lanes.settle()
     assert lanes.overtaken(back) == 1
@@ -225,6 +225,61 @@ def test_cheapest_first_under_pressure_then_the_response_ratio_bound() -> None:
     # beats every fresh cheap request's ratio then.
     assert all(pick == (f"r{i + 1}", Pick.CACHE) for i, pick in enumerate(picks[:12]))
     assert picks[12] == ("r0", Pick.AGED)
+
+
+def test_a_cache_share_splits_the_work_with_the_aged_lane_once_it_is_due() -> None:
+    """The scenario above with ``cache_share`` 0.5: cheap requests first until the expensive
+    ones are over the bound, then the cache lane's head and the aged lane's best take turns by
+    tokens: one 400-token aged pick pays for four 100-token share picks."""
+    lanes: Lanes[int] = Lanes(max_overtakes=1000, max_response_ratio=4.0, cache_share=0.5)
+    lanes.reorder = True
+    for number in range(10):
+        add(lanes, number, 400)  # expensive requests, oldest
+    picks = []
+    for number in range(10, 70):
+        add(lanes, number, 100)  # a fresh cheap request arrives before each admission
+        picks.append(admit(lanes))
+    assert all(pick == (f"r{i + 10}", Pick.CACHE) for i, pick in enumerate(picks[:12]))
+    # From the 13th pick on the aged lane is due: the share goes first (its counter starts at
+    # 0), then each aged pick's 200-token credit pays for four share picks of 50.
+    contested = [lane for _, lane in picks[12 : picks.index(("r9", Pick.AGED)) + 1]]
+    assert contested[:7] == [Pick.SHARE, Pick.AGED] + [Pick.SHARE] * 4 + [Pick.AGED]
+    counts = Counter(contested)
+    assert counts == {Pick.AGED: 10, Pick.SHARE: 37}  # all ten expensive ones served meanwhile
+    assert abs(100 * counts[Pick.SHARE] - 400 * counts[Pick.AGED]) <= 400
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([0.25, 0.5, 0.75]),
+    st.lists(st.tuples(st.integers(1, 3), st.integers(1, 5000)), min_size=1, max_size=150),
+)
+def test_the_cache_lane_never_takes_more_than_its_share_while_the_aged_lane_is_due(
+    share: float, arrivals: list[tuple[int, int]]
+) -> None:
+    """With every request over the bound (ratio bound 1), whatever the costs and the mix of
+    arrivals and admissions: the share picks' tokens never exceed share / (1 - share) of the
+    aged picks' plus one request's cost, at every point of the run, and no pick comes from the
+    plain cache or FCFS lanes."""
+    lanes: Lanes[int] = Lanes(max_overtakes=10**6, max_response_ratio=1.0, cache_share=share)
+    lanes.reorder = True
+    tokens: Counter[Pick] = Counter()
+    number = largest = 0
+    for arrivals_now, cost in arrivals:
+        for _ in range(arrivals_now):
+            add(lanes, number, cost + number % 7)
+            largest = max(largest, cost + number % 7)
+            number += 1
+        picked = lanes.next_pick()
+        assert picked is not None
+        entry, pick = picked
+        lanes.remove(entry.rid)
+        lanes.charge(entry, pick)
+        assert pick in (Pick.AGED, Pick.SHARE)
+        tokens[pick] += entry.cost_tokens
+        # The counter is >= 0 before a share pick, which takes off at most (1 - share) x the
+        # largest cost; cut credits only lower it.
+        assert (1 - share) * tokens[Pick.SHARE] <= share * tokens[Pick.AGED] + (1 - share) * largest
 
 
 def test_without_pressure_the_order_is_vllms() -> None:
@@ -261,7 +316,7 @@ def fresh_copy(lanes: Lanes[int], admitted: list[Entry[int]]) -> Lanes[int]:
     )
     copy.reorder = lanes.reorder
     for entry in admitted:
-        copy.charge(entry)
+        copy.charge(entry, Pick.FCFS)  # no cache share here: the lane of a pick moves nothing
     for entry in lanes:
         copy.add(
             entry.rid,

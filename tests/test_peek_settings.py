@@ -27,6 +27,20 @@ def test_a_bad_response_ratio_names_the_variable(raw: str, message: str) -> None
     assert constants.ENV_MAX_RESPONSE_RATIO in str(caught.value)
 
 
+def test_the_cache_share_defaults_to_zero_and_reads_its_variable() -> None:
+    assert PeekSettings.from_env({}).cache_share == 0.0
+    assert PeekSettings.from_env({constants.ENV_CACHE_SHARE: "0.5"}).cache_share == 0.5
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"), [("half", "is not a number"), ("1", "< 1"), ("-0.1", ">= 0")]
+)
+def test_a_bad_cache_share_names_the_variable(raw: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        PeekSettings.from_env({constants.ENV_CACHE_SHARE: raw})
+    assert constants.ENV_CACHE_SHARE in str(caught.value)
+
+
 def test_the_decode_reserve_defaults_to_one_and_reads_its_variable() -> None:
     assert PeekSettings.from_env({}).decode_reserve_blocks == 1
     env = {constants.ENV_DECODE_RESERVE_BLOCKS: "2"}
@@ -48,6 +62,7 @@ def _expected_defaults() -> dict[str, object]:
         constants.ENV_LANES: defaults.lanes,
         constants.ENV_MAX_OVERTAKES: defaults.max_overtakes,
         constants.ENV_MAX_RESPONSE_RATIO: defaults.max_response_ratio,
+        constants.ENV_CACHE_SHARE: defaults.cache_share,
         constants.ENV_DECODE_RESERVE_BLOCKS: defaults.decode_reserve_blocks,
     }
 

@@ -96,8 +96,9 @@ ENV_PIN_BUDGET_FRACTION: Final = "PREFIXSERVING_PIN_BUDGET_FRACTION"
 ENV_LANES: Final = "PREFIXSERVING_LANES"
 ENV_MAX_OVERTAKES: Final = "PREFIXSERVING_MAX_OVERTAKES"
 ENV_DECODE_RESERVE_BLOCKS: Final = "PREFIXSERVING_DECODE_RESERVE_BLOCKS"
-# Not in the spec: an expert knob of the lanes, set through spec.engine.env.
+# Not in the spec: expert knobs of the lanes, set through spec.engine.env.
 ENV_MAX_RESPONSE_RATIO: Final = "PREFIXSERVING_MAX_RESPONSE_RATIO"
+ENV_CACHE_SHARE: Final = "PREFIXSERVING_CACHE_SHARE"
 
 # Router endpoints and metrics read by other components (warm-up sidecar, status, alerts).
 ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"

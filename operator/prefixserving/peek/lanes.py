@@ -23,8 +23,22 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
    exactly vLLM's order. Without cache pressure reordering buys no hits, and with no prefix reuse
    FCFS is the order that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
 2. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
-3. the aged lane's best request if its response ratio is at least ``max_response_ratio``;
+3. the aged lane's best request if its response ratio is at least ``max_response_ratio``,
+   unless the cache lane's **share** is due: with ``cache_share`` s > 0 the cache lane's head
+   goes instead while the cache lane has taken less than s of the prefill work admitted since
+   the aged lane became due (``Pick.SHARE``; see below);
 4. otherwise the cache lane's head.
+
+**Share** (rule 3): a deficit counter in uncached prompt tokens. An aged pick credits it with
+s x its cost, a share pick debits it (1 - s) x its cost, and the share is due while the
+counter is at least 0; the credit is capped at one aged pick's, so a long run of aged picks
+(while the cache lane had nothing else to offer) never buys a burst of share picks. Over a
+contested stretch the cache lane gets at most s of the work plus one request's cost (a
+property test checks it), and about s while it has a request to offer. Without it
+(s = 0, the default) a deep queue under pressure has some request over the bound at every
+pick, and the cache lane is hardly served: on the full-size replay rows of gsp-q25,
+gsp-cold-q25 and gsp-chunked at loads 0.8-1.2, the aged lane made 68-97% of PEEK's admissions
+and the cache lane under 3% (both cost models; ``bench/results/replay-sweep-full-*.json``).
 
 Measured on the replay suite (docs/peek.md): the cache lane alone has the best TTFT p50 and
 starves expensive requests under load; the response-ratio bound keeps TTFT p99 well below
@@ -51,7 +65,8 @@ class's oldest waiting request joined, plus O(n).
 
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
-env ``PREFIXSERVING_MAX_RESPONSE_RATIO``; 1 is SGLang's ``hrrn`` order under pressure). On the
+env ``PREFIXSERVING_MAX_RESPONSE_RATIO``; 1 is SGLang's ``hrrn`` order under pressure),
+``cache_share`` (default 0, env ``PREFIXSERVING_CACHE_SHARE``, below 1). On the
 replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by a third on the shared-prefix
 workloads for hit rates within 0.04 (``bench/results/replay-response-ratio.md``); at 4 the
 hit rate and p50 fell on the chunked and cold-document workloads.
@@ -105,6 +120,7 @@ class Pick(Enum):
     RESUME = "resume"
     FCFS = "fcfs"
     AGED = "aged"
+    SHARE = "share"
     CACHE = "cache"
 
 
@@ -189,13 +205,19 @@ class Lanes(Generic[R]):
         cache_lane: bool = True,
         max_overtakes: int = DEFAULT_MAX_OVERTAKES,
         max_response_ratio: float = MAX_RESPONSE_RATIO,
+        cache_share: float = 0.0,
         cache_key: Callable[[Entry[R]], tuple[Any, ...]] | None = None,
     ) -> None:
         if max_overtakes < 0:
             raise ValueError("max_overtakes must be >= 0")
+        if not 0.0 <= cache_share < 1.0:
+            raise ValueError("cache_share must be >= 0 and < 1")
         self.cache_lane = cache_lane
         self.max_overtakes = max_overtakes
         self.max_response_ratio = max_response_ratio
+        self.cache_share = cache_share
+        # The share's deficit counter in tokens (module docstring): due while >= 0.
+        self._share_balance = 0.0
         self._cache_key = cache_key or _by_cost
         self._reorder = False
         self.reorder = cache_lane
@@ -327,16 +349,27 @@ class Lanes(Generic[R]):
         entry.present = True
         self._push(entry, self._classes[entry.klass])
 
-    def charge(self, entry: Entry[R]) -> None:
-        """Admit ``entry`` (already removed): the work clock advances by its uncached prompt
-        tokens and its place joins its class's admitted places. O(log n) plus the insert."""
+    def charge(self, entry: Entry[R], pick: Pick) -> None:
+        """Admit ``entry`` (already removed) that ``pick`` presented: the work clock advances by
+        its uncached prompt tokens, its place joins its class's admitted places, an aged or
+        share pick moves the share's counter. O(log n) plus the insert."""
         self.work_tokens += entry.cost_tokens
+        if pick is Pick.AGED:
+            credit = self.cache_share * entry.cost_tokens
+            self._share_balance = min(self._share_balance + credit, credit)
+        elif pick is Pick.SHARE:
+            self._share_balance -= (1.0 - self.cache_share) * entry.cost_tokens
         bisect.insort(self._admitted.setdefault(entry.klass, []), entry.order)
 
-    def refund(self, entry: Entry[R]) -> None:
+    def refund(self, entry: Entry[R], pick: Pick) -> None:
         """Undo :meth:`charge` for a request the engine put back in the same step (before
-        :meth:`settle`)."""
+        :meth:`settle`). The share's counter is moved back by the same amount (a credit the cap
+        cut is not restored: the share is then due slightly later)."""
         self.work_tokens -= entry.cost_tokens
+        if pick is Pick.AGED:
+            self._share_balance -= self.cache_share * entry.cost_tokens
+        elif pick is Pick.SHARE:
+            self._share_balance += (1.0 - self.cache_share) * entry.cost_tokens
         places = self._admitted[entry.klass]
         del places[bisect.bisect_left(places, entry.order)]
 
@@ -392,6 +425,10 @@ class Lanes(Generic[R]):
             self._cost_lanes(state)
             aged = self._most_aged(state)
             if aged is not None and self.response_ratio(aged) >= self.max_response_ratio:
+                if self.cache_share and self._share_balance >= 0:
+                    cheapest = self._head(state.cache, _in_cost_lanes, state)
+                    if cheapest is not None and cheapest is not aged:
+                        return cheapest, Pick.SHARE
                 return aged, Pick.AGED
             cheapest = self._head(state.cache, _in_cost_lanes, state)
             if cheapest is None or cheapest is oldest:

@@ -159,6 +159,7 @@ class PeekQueue(Generic[R, H]):
             cache_lane=self.settings.lanes,
             max_overtakes=self.settings.max_overtakes,
             max_response_ratio=self.settings.max_response_ratio,
+            cache_share=self.settings.cache_share,
             cache_key=self._cache_key,
         )
         self.stats = QueueStats(
@@ -167,8 +168,9 @@ class PeekQueue(Generic[R, H]):
         self.last_guard_report = GuardReport(0, 0, 0, free_short=False)
         self._seq = itertools.count()
         self._unconfirmed: list[_Admission[R, H]] = []
-        # Requests popped this step: their lanes entries (charge to refund, place to restore).
-        self._popped_this_step: dict[str, Entry[R]] = {}
+        # Requests popped this step: their lanes entries and picks (charge to refund, place to
+        # restore).
+        self._popped_this_step: dict[str, tuple[Entry[R], Pick]] = {}
         self._pioneer_requests: dict[str, R] = {}
         self._candidate: tuple[Entry[R], Pick] | None = None
         self._holds_fresh = False
@@ -237,14 +239,14 @@ class PeekQueue(Generic[R, H]):
         rid = self.view.request_id(request)
         popped = self._popped_this_step.pop(rid, None)
         if popped is not None:
-            self.lanes.refund(popped)
+            self.lanes.refund(*popped)
             self._unconfirmed = [a for a in self._unconfirmed if a.request is not request]
         if self._pioneer_requests.pop(rid, None) is not None:
             self._unpark(self.holding.retire_pioneer(rid, self._now_s))
         if not self.settings.lanes:
             self._insert(request, resume=True)
         else:
-            self._insert(request, stamps=None if popped is None else popped.stamps)
+            self._insert(request, stamps=None if popped is None else popped[0].stamps)
 
     def prepend_requests(self, requests: Iterable[R]) -> None:
         """Prepend each in turn, so the last one ends up first (vLLM's documented order)."""
@@ -269,8 +271,8 @@ class PeekQueue(Generic[R, H]):
             _Admission(entry.request, self.index.path(rid), self.index.frontier(rid))
         )
         self._drop(rid)
-        self.lanes.charge(entry)
-        self._popped_this_step[rid] = entry
+        self.lanes.charge(entry, pick)
+        self._popped_this_step[rid] = entry, pick
         self.stats.admitted[pick.value] += 1
         self.stats.admitted_tokens[pick.value] += entry.cost_tokens
         return entry.request

@@ -25,6 +25,10 @@ variable                                  default  meaning
 ``PREFIXSERVING_MAX_RESPONSE_RATIO``      8        response ratio from which the aged lane goes
                                                    first (:mod:`.lanes`; not in the spec: set it
                                                    through ``spec.engine.env``)
+``PREFIXSERVING_CACHE_SHARE``             0        share of the prefill work the cache lane keeps
+                                                   while the aged lane has a request over its
+                                                   bound, below 1 (:mod:`.lanes`; 0: the aged
+                                                   lane goes first; not in the spec either)
 ========================================  =======  ===============================================
 """
 
@@ -35,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prefixserving.constants import (
+    ENV_CACHE_SHARE,
     ENV_DECODE_RESERVE_BLOCKS,
     ENV_LANES,
     ENV_MAX_OVERTAKES,
@@ -64,6 +69,7 @@ class PeekSettings:
     lanes: bool = True
     max_overtakes: int = DEFAULT_MAX_OVERTAKES
     max_response_ratio: float = MAX_RESPONSE_RATIO
+    cache_share: float = 0.0
     decode_reserve_blocks: int = DEFAULT_DECODE_RESERVE_BLOCKS
 
     def __post_init__(self) -> None:
@@ -75,6 +81,8 @@ class PeekSettings:
             raise ValueError(f"{ENV_MAX_OVERTAKES} must be >= 0")
         if self.max_response_ratio < 1.0:
             raise ValueError(f"{ENV_MAX_RESPONSE_RATIO} must be >= 1 (1: always the aged lane)")
+        if not 0.0 <= self.cache_share < 1.0:
+            raise ValueError(f"{ENV_CACHE_SHARE} must be >= 0 and < 1, e.g. {ENV_CACHE_SHARE}=0.5")
         if self.decode_reserve_blocks < 0:
             raise ValueError(f"{ENV_DECODE_RESERVE_BLOCKS} must be >= 0")
 
@@ -93,6 +101,8 @@ class PeekSettings:
             kwargs["max_overtakes"] = _count(ENV_MAX_OVERTAKES, raw, DEFAULT_MAX_OVERTAKES)
         if (raw := env.get(ENV_MAX_RESPONSE_RATIO)) is not None:
             kwargs["max_response_ratio"] = _number(ENV_MAX_RESPONSE_RATIO, raw)
+        if (raw := env.get(ENV_CACHE_SHARE)) is not None:
+            kwargs["cache_share"] = _number(ENV_CACHE_SHARE, raw)
         if (raw := env.get(ENV_DECODE_RESERVE_BLOCKS)) is not None:
             kwargs["decode_reserve_blocks"] = _count(ENV_DECODE_RESERVE_BLOCKS, raw, 1)
         return cls(**kwargs)  # type: ignore[arg-type]

@@ -36,3 +36,11 @@ class PeekNoReserveScheduler(PeekSettingVariant):
     next step (``spec.scheduler.decodeReserveBlocks: 0``, PEEK's default before 1)."""
 
     env: ClassVar[dict[str, str]] = {constants.ENV_DECODE_RESERVE_BLOCKS: "0"}
+
+
+class PeekCacheShareScheduler(PeekSettingVariant):
+    """``peek_share50``: the cache lane keeps half the prefill work while the aged lane has a
+    request over its bound (``PREFIXSERVING_CACHE_SHARE=0.5``; the default 0 gives the aged
+    lane every such pick)."""
+
+    env: ClassVar[dict[str, str]] = {constants.ENV_CACHE_SHARE: "0.5"}

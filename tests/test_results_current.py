@@ -82,6 +82,8 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-sweep-full-gpu",
         "replay-decode-headroom",
         "replay-decode-headroom-gpu",
+        "replay-cache-share",
+        "replay-cache-share-headers",
     } <= names
 
 

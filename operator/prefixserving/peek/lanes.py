@@ -107,6 +107,8 @@ R = TypeVar("R")
 
 DEFAULT_MAX_OVERTAKES = 128
 MAX_RESPONSE_RATIO = 8.0
+# The cache lane's share of the prefill work while the aged lane is due (0: off; module docstring).
+DEFAULT_CACHE_SHARE = 0.0
 # Cost buckets of the aged lane per doubling of the cost (a bucket spans a factor sqrt(2)).
 BUCKETS_PER_DOUBLING = 2
 # A class's heaps are rebuilt once their stale items exceed this many per request, plus slack.
@@ -205,7 +207,7 @@ class Lanes(Generic[R]):
         cache_lane: bool = True,
         max_overtakes: int = DEFAULT_MAX_OVERTAKES,
         max_response_ratio: float = MAX_RESPONSE_RATIO,
-        cache_share: float = 0.0,
+        cache_share: float = DEFAULT_CACHE_SHARE,
         cache_key: Callable[[Entry[R]], tuple[Any, ...]] | None = None,
     ) -> None:
         if max_overtakes < 0:

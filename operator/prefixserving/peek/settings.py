@@ -49,7 +49,11 @@ from prefixserving.constants import (
 )
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
-from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES, MAX_RESPONSE_RATIO
+from prefixserving.peek.lanes import (
+    DEFAULT_CACHE_SHARE,
+    DEFAULT_MAX_OVERTAKES,
+    MAX_RESPONSE_RATIO,
+)
 
 # Decode headroom's blocks per running request on top of the next step's. 1 met more goal rows
 # than 0 at full size under both cost models, above all TPOT, and about as many at scale 0.125
@@ -69,7 +73,7 @@ class PeekSettings:
     lanes: bool = True
     max_overtakes: int = DEFAULT_MAX_OVERTAKES
     max_response_ratio: float = MAX_RESPONSE_RATIO
-    cache_share: float = 0.0
+    cache_share: float = DEFAULT_CACHE_SHARE
     decode_reserve_blocks: int = DEFAULT_DECODE_RESERVE_BLOCKS
 
     def __post_init__(self) -> None:

@@ -84,6 +84,8 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-decode-headroom-gpu",
         "replay-cache-share",
         "replay-cache-share-headers",
+        "replay-cache-share-gpu",
+        "replay-cache-share-gpu-headers",
     } <= names
 
 

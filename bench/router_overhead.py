@@ -27,12 +27,24 @@ that percentile. The router's own ``prefixserving_router_added_latency_seconds``
 reported next to it. Maximum requests per second: non-streamed completions from 64
 concurrent clients through the router on one core.
 
-The fake engine and the load generator share the other core, so on a 2-core machine the
-client side can limit the rates; the report says when the router was not the bottleneck.
+The fake engine and the load generator share the last core of the machine; the routers get
+the others (on a 2-core machine: one). So on 2 cores the client side can limit the rates; the
+report says when the router was not the bottleneck.
+
+Spreading the router: ``--routers N`` starts N router processes on their own ports, and each
+client connection sends to one of them in turn (client ``w`` to router ``w mod N``), as a
+client or a Service that spreads load would; ``--workers W`` starts each router with
+``--workers W`` (W processes on one port, the kernel spreads the connections). Router
+process ``i`` is pinned to W router cores of its own while there are enough (then they are
+shared, in turn). Router CPU is that of every router process and its workers. The router's own
+histogram is merged over the router processes; with ``--workers`` above 1 it is left out, as
+each worker keeps its own metrics and a scrape reaches one of them.
 
 Run: ``.venv/bin/python bench/router_overhead.py`` (about 3 minutes). Writes
-``router-overhead.json`` and ``.md`` to ``--out`` (``bench/results``); ``--duration-s`` and
-``--cpu-scale`` shorten every phase.
+``router-overhead.json`` and ``.md`` (``--name``) to ``--out`` (``bench/results``);
+``--duration-s`` and ``--cpu-scale`` shorten every phase. On a machine with spare cores:
+``--routers 2 --name router-overhead-2routers`` and ``--workers 2 --name
+router-overhead-2workers``.
 """
 
 from __future__ import annotations
@@ -58,9 +70,9 @@ from prefixserving.router.upstream import UpstreamError, UpstreamPool
 from prefixserving_lab.machine import load_average_1m, machine, machine_line
 from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.stack.processes import (
-    cpu_seconds,
     free_port,
     stop_process,
+    tree_cpu_seconds,
     wait_http_ok,
 )
 from prefixserving_lab.stats import quantile
@@ -68,8 +80,6 @@ from prefixserving_lab.workloads.prompts import PrefixGroups
 
 RESULTS = Path(__file__).resolve().parent / "results"
 START_TIMEOUT_S = 60.0
-ROUTER_CORE = 0
-CLIENT_CORE = 1
 GOAL_P99_MS = 2.0
 CONCURRENCY = (1, 50, 200)  # concurrent streams; 1 shows the path with no queueing at all
 
@@ -174,11 +184,38 @@ async def _serve_fake_engine(port: int) -> None:
 # --- Processes --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Cores:
+    """Where the processes run: the fake engine and the load generator on ``client``, router
+    process ``i`` on ``routers[i]`` (its workers inherit it)."""
+
+    client: int
+    routers: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def plan(cls, available: list[int], routers: int, workers: int) -> Cores:
+        """The last available core for the client side, the others (or the only one) dealt to
+        the router processes ``workers`` at a time, in turn."""
+        cores = sorted(available)
+        pool = cores[:-1] or cores
+        deal = [pool[k % len(pool)] for k in range(routers * workers)]
+        return cls(
+            cores[-1],
+            tuple(
+                tuple(sorted(set(deal[i * workers : (i + 1) * workers]))) for i in range(routers)
+            ),
+        )
+
+
+def _core_list(cores: tuple[int, ...] | list[int]) -> str:
+    return ",".join(map(str, cores))
+
+
 @contextlib.contextmanager
-def process(command: list[str], core: int) -> Iterator[subprocess.Popen[bytes]]:
-    """``command`` pinned to ``core`` (``taskset``), stopped on exit."""
+def process(command: list[str], cores: tuple[int, ...]) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` pinned to ``cores`` (``taskset``), stopped on exit."""
     proc = subprocess.Popen(
-        ["taskset", "-c", str(core), *command],
+        ["taskset", "-c", _core_list(cores), *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -214,7 +251,7 @@ _HEADERS = [(b"content-type", b"application/json")]
 
 
 async def run_load(
-    base: str,
+    bases: list[str],
     concurrency: int,
     duration_s: float,
     stream: bool,
@@ -222,9 +259,10 @@ async def run_load(
     spread_s: float = 0.0,
 ) -> Phase:
     """``concurrency`` clients, each sending requests back to back for ``duration_s`` or until
-    ``max_requests`` were sent in all, over the router's own upstream client (a fraction of an
-    HTTP client library's CPU, so the load generator and the fake engine can share one core
-    without queueing behind each other). TTFB: until the first body bytes.
+    ``max_requests`` were sent in all (client ``w`` to ``bases[w mod len(bases)]``), over the
+    router's own upstream client (a fraction of an HTTP client library's CPU, so the load
+    generator and the fake engine can share one core without queueing behind each other). TTFB:
+    until the first body bytes.
 
     Client ``w`` sends its first request ``spread_s * w / concurrency`` after the start. With
     ``spread_s`` one stream's duration, the streams start and end evenly spread instead of in
@@ -237,6 +275,7 @@ async def run_load(
     stop_at = time.perf_counter() + duration_s
 
     async def client(worker: int) -> None:
+        base = bases[worker % len(bases)]
         await asyncio.sleep(spread_s * worker / concurrency)
         i = worker
         while time.perf_counter() < stop_at and counts["sent"] < limit:
@@ -275,26 +314,28 @@ CPU_REPEATS = 3
 
 
 async def measure_cpu(
-    router: str, router_pid: int, stream_s: float, scale: float
+    routers: list[str], router_pids: list[int], stream_s: float, scale: float
 ) -> dict[str, dict[str, float]]:
     """Router CPU milliseconds per request for each of ``CPU_WORKLOADS`` (median and minimum
-    of ``CPU_REPEATS`` fixed-count runs, counts times ``scale``)."""
+    of ``CPU_REPEATS`` fixed-count runs, counts times ``scale``; all router processes)."""
     out = {}
     for name, (clients, full_count, stream) in CPU_WORKLOADS.items():
         requests = max(1, round(full_count * scale))
         per_request_ms = []
         errors = 0
         for _ in range(CPU_REPEATS):
-            before = cpu_seconds(router_pid)
+            before = routers_cpu_seconds(router_pids)
             phase = await run_load(
-                router,
+                routers,
                 clients,
                 120.0,
                 stream,
                 max_requests=requests,
                 spread_s=stream_s if stream else 0.0,
             )
-            per_request_ms.append((cpu_seconds(router_pid) - before) / phase.requests * 1000)
+            per_request_ms.append(
+                (routers_cpu_seconds(router_pids) - before) / phase.requests * 1000
+            )
             errors += phase.errors
         out[name] = {
             "clients": clients,
@@ -306,14 +347,22 @@ async def measure_cpu(
     return out
 
 
-def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
-    """p50/p99 (upper bucket bound) of a Prometheus histogram, in ms, and its count."""
-    buckets: list[tuple[float, float]] = []
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == f"{name}_bucket":
-                buckets.append((float(sample.labels["le"]), sample.value))
-    buckets.sort()
+def routers_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds so far of the router processes and their workers."""
+    return sum(tree_cpu_seconds(pid) for pid in pids)
+
+
+def histogram_quantiles(metrics_texts: list[str], name: str) -> dict[str, float]:
+    """p50/p99 (upper bucket bound) of a Prometheus histogram summed over the expositions
+    ``metrics_texts``, in ms, and its count."""
+    counts: dict[float, float] = {}
+    for text in metrics_texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == f"{name}_bucket":
+                    le = float(sample.labels["le"])
+                    counts[le] = counts.get(le, 0.0) + sample.value
+    buckets = sorted(counts.items())
     total = buckets[-1][1] if buckets else 0.0
     out = {"count": total}
     for q in (50, 99):
@@ -323,21 +372,28 @@ def histogram_quantiles(metrics_text: str, name: str) -> dict[str, float]:
 
 
 async def measure(
-    engine: str, router: str, router_pid: int, duration_s: float, stream_s: float, cpu_scale: float
+    engine: str,
+    routers: list[str],
+    router_pids: list[int],
+    duration_s: float,
+    stream_s: float,
+    cpu_scale: float,
+    histogram: bool,
 ) -> dict[str, object]:
-    """All measurements; ``stream_s`` is one stream's duration (see :func:`run_load`)."""
+    """All measurements; ``stream_s`` is one stream's duration (see :func:`run_load`);
+    ``histogram``: read the routers' own added-latency histogram (None in the results if not)."""
     out: dict[str, object] = {}
     for concurrency in CONCURRENCY:
         pooled: dict[str, Phase] = {}
         router_cpu_s = 0.0
         for _ in range(2):
-            for mode, base in (("direct", engine), ("routed", router)):
-                cpu_before = cpu_seconds(router_pid)
+            for mode, bases in (("direct", [engine]), ("routed", routers)):
+                cpu_before = routers_cpu_seconds(router_pids)
                 phase = await run_load(
-                    base, concurrency, duration_s, stream=True, spread_s=stream_s
+                    bases, concurrency, duration_s, stream=True, spread_s=stream_s
                 )
                 if mode == "routed":
-                    router_cpu_s += cpu_seconds(router_pid) - cpu_before
+                    router_cpu_s += routers_cpu_seconds(router_pids) - cpu_before
                 if mode in pooled:
                     prior = pooled[mode]
                     phase = Phase(
@@ -361,34 +417,46 @@ async def measure(
             row[f"added_p{q}_ms"] = row["routed"][key] - row["direct"][key]  # type: ignore[index]
         row["router_cpu_ms_per_request"] = router_cpu_s / max(pooled["routed"].requests, 1) * 1000
         out[str(concurrency)] = row
-    metrics = httpx.get(f"{router}/metrics", timeout=5).text
-    out["router_histogram"] = histogram_quantiles(
-        metrics, "prefixserving_router_added_latency_seconds"
+    out["router_histogram"] = (
+        histogram_quantiles(
+            [httpx.get(f"{router}/metrics", timeout=5).text for router in routers],
+            "prefixserving_router_added_latency_seconds",
+        )
+        if histogram
+        else None
     )
     throughput: dict[str, dict[str, float]] = {}
-    for mode, base in (("direct", engine), ("routed", router)):
-        cpu_before = cpu_seconds(router_pid)
-        phase = await run_load(base, 64, duration_s, stream=False)
+    for mode, bases in (("direct", [engine]), ("routed", routers)):
+        cpu_before = routers_cpu_seconds(router_pids)
+        phase = await run_load(bases, 64, duration_s, stream=False)
         throughput[mode] = {
             "requests": phase.requests,
             "errors": phase.errors,
             "req_per_s": phase.requests / phase.elapsed_s,
         }
-    cpu_ms = (cpu_seconds(router_pid) - cpu_before) / max(phase.requests, 1) * 1000
+    cpu_ms = (routers_cpu_seconds(router_pids) - cpu_before) / max(phase.requests, 1) * 1000
     throughput["routed"]["router_cpu_ms_per_request"] = cpu_ms
     throughput["routed"]["req_per_s_per_busy_core"] = 1000 / cpu_ms if cpu_ms else float("nan")
     out["max_throughput_64_clients"] = throughput
-    out["cpu_per_request"] = await measure_cpu(router, router_pid, stream_s, cpu_scale)
+    out["cpu_per_request"] = await measure_cpu(routers, router_pids, stream_s, cpu_scale)
     return out
 
 
 def markdown(result: dict) -> str:
+    params = result["params"]
+    routers, workers = params["routers"], params["workers"]
+    placement = "; ".join(
+        f"router {i} on core(s) {_core_list(cores)}"
+        for i, cores in enumerate(params["router_cores"])
+    )
     lines = [
         "# Router proxy overhead",
         "",
         f"Machine: {machine_line(result['machine'])} at the start, load average "
-        f"{result['load_average_end']} at the end. Router pinned to core {ROUTER_CORE}; "
-        f"fake engine and load generator share core {CLIENT_CORE}.",
+        f"{result['load_average_end']} at the end. {routers} router process(es), each with "
+        f"{workers} worker(s): {placement}; fake engine and load generator share core "
+        f"{params['client_core']}"
+        + (f"; client connection w sends to router w mod {routers}." if routers > 1 else "."),
         f"Streams: {result['params']['chunks']} chunks, {result['params']['chunk_interval_ms']} ms "
         f"apart; {result['params']['duration_s']} s per phase, direct and routed alternated twice. "
         "Each client connection sends requests back to back; their first requests are spread "
@@ -411,7 +479,7 @@ def markdown(result: dict) -> str:
         )
     lines += [
         "",
-        f"Router CPU per request (user + system time of the router process over a fixed number "
+        f"Router CPU per request (user + system time of the router processes over a fixed number "
         f"of requests, {CPU_REPEATS} repeats; the non-streamed figure is the one to compare "
         "between router versions, the streamed one drops when other jobs delay the router):",
         "",
@@ -428,34 +496,41 @@ def markdown(result: dict) -> str:
             f"| {f'{1000 / median:.0f}' if median > 0 else '-'} | {row['errors']} |"
         )
     h = result["results"]["router_histogram"]
+    histogram = (
+        f"Router's own added-latency histogram over all streamed requests: p50 <= "
+        f"{h['p50_ms_at_most']:.2f} ms, p99 <= {h['p99_ms_at_most']:.2f} ms "
+        f"({int(h['count'])} requests)."
+        if h is not None
+        else "Router's own added-latency histogram: not shown, as each of a router's workers "
+        "keeps its own metrics and a scrape reaches one of them."
+    )
     t = result["results"]["max_throughput_64_clients"]
     goal = result["goal_met"]
     busy = result["results"]["200"]
     share = busy["routed"]["req_per_s"] * busy["router_cpu_ms_per_request"] / 1000
     lines += [
         "",
-        f"At 200 streams the router used {share:.0%} of its core (routed req/s x CPU per "
-        "request). The 1-stream row is the added latency without any queueing (the router's "
-        "work plus one more hop on loopback); what the busier rows add on top of it is time "
-        "a request waited in the router's event loop behind other requests and chunks. "
+        f"At 200 streams the router processes used {share:.0%} of one core in all (routed "
+        "req/s x CPU per request). The 1-stream row is the added latency without any "
+        "queueing (the router's work plus one more hop on loopback); what the busier rows add "
+        "on top of it is time a request waited in the router's event loop behind other "
+        "requests and chunks. "
         "(No CPU figure for 1 stream: at a few requests per second the router's scrape of the "
         "engine's metrics every second dominates its CPU time.)",
         "",
-        f"Router's own added-latency histogram over all streamed requests: p50 <= "
-        f"{h['p50_ms_at_most']:.2f} ms, p99 <= {h['p99_ms_at_most']:.2f} ms "
-        f"({int(h['count'])} requests).",
+        histogram,
         "",
-        f"Maximum rate, non-streamed, 64 clients: routed {t['routed']['req_per_s']:.0f} req/s "
-        f"(router on one core), direct {t['direct']['req_per_s']:.0f} req/s "
+        f"Maximum rate, non-streamed, 64 clients: routed {t['routed']['req_per_s']:.0f} req/s, "
+        f"direct {t['direct']['req_per_s']:.0f} req/s "
         f"({t['routed']['errors']} errors routed). The router used "
         f"{t['routed']['router_cpu_ms_per_request']:.2f} ms of CPU per request, i.e. about "
-        f"{t['routed']['req_per_s_per_busy_core']:.0f} req/s on a core of its own.",
+        f"{t['routed']['req_per_s_per_busy_core']:.0f} req/s per busy core.",
         "",
         f"Goal p99 added latency <= {GOAL_P99_MS} ms at 200 concurrent streams: "
         f"**{'met' if goal else 'not met'}** (client-measured added p99 "
         f"{result['results']['200']['added_p99_ms']:.2f} ms).",
         "",
-        "Reproduce: `.venv/bin/python bench/router_overhead.py`.",
+        f"Reproduce: `.venv/bin/python bench/router_overhead.py{params['options']}`.",
     ]
     return "\n".join(lines)
 
@@ -471,7 +546,22 @@ def markdown(result: dict) -> str:
     show_default=True,
     help="Fraction of the CPU-per-request workloads' request counts to send.",
 )
+@click.option(
+    "--routers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Router processes on their own ports; client connections spread over them in turn.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Each router's --workers (processes sharing its port).",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+@click.option("--name", default="router-overhead", show_default=True, help="Results file name.")
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -479,27 +569,44 @@ def main(
     chunks: int,
     chunk_interval_ms: float,
     cpu_scale: float,
+    routers: int,
+    workers: int,
     out: Path,
+    name: str,
 ) -> None:
-    """Measure the router's added latency and its maximum request rate on one core."""
+    """Measure the router's added latency and its maximum request rate."""
     if ctx.invoked_subcommand is not None:
         return
-    engine_port, router_port = free_port(), free_port()
+    cores = Cores.plan(list(os.sched_getaffinity(0)), routers, workers)
+    engine_port = free_port()
     engine = f"http://127.0.0.1:{engine_port}"
-    router = f"http://127.0.0.1:{router_port}"
     fake = [sys.executable, __file__, "engine", "--port", str(engine_port)]
     fake += ["--chunks", str(chunks), "--chunk-interval-ms", str(chunk_interval_ms)]
-    router_cmd = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
-    router_cmd += ["--port", str(router_port), "--backend", engine, "--model", "m"]
+    bases = [f"http://127.0.0.1:{free_port()}" for _ in range(routers)]
     record = machine()
-    with process(fake, CLIENT_CORE) as fake_proc, process(router_cmd, ROUTER_CORE) as router_proc:
+    with contextlib.ExitStack() as stack:
+        fake_proc = stack.enter_context(process(fake, (cores.client,)))
+        router_procs = []
+        for base, router_cores in zip(bases, cores.routers, strict=True):
+            command = [sys.executable, "-m", "prefixserving.cli", "router", "--host", "127.0.0.1"]
+            command += ["--port", base.rsplit(":", 1)[1], "--backend", engine, "--model", "m"]
+            command += ["--workers", str(workers)]
+            router_procs.append(stack.enter_context(process(command, router_cores)))
         wait_http_ok(f"{engine}/health", fake_proc, "the fake engine", START_TIMEOUT_S)
-        wait_http_ok(f"{router}/readyz", router_proc, "the router", START_TIMEOUT_S)
-        os.sched_setaffinity(0, {CLIENT_CORE})
+        for base, proc in zip(bases, router_procs, strict=True):
+            wait_http_ok(f"{base}/readyz", proc, f"the router at {base}", START_TIMEOUT_S)
+        os.sched_setaffinity(0, {cores.client})
         stream_s = chunks * chunk_interval_ms / 1000
+        pids = [proc.pid for proc in router_procs]
         results = uvloop.run(
-            measure(engine, router, router_proc.pid, duration_s, stream_s, cpu_scale)
+            measure(engine, bases, pids, duration_s, stream_s, cpu_scale, histogram=workers == 1)
         )
+    # The spreading options as given, for the reproduce line.
+    options = "".join(
+        f" --{flag} {ctx.params[flag]}"
+        for flag in ("routers", "workers", "name")
+        if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT
+    )
     result = {
         "benchmark": "router-overhead",
         "machine": record,
@@ -510,11 +617,16 @@ def main(
             "chunk_interval_ms": chunk_interval_ms,
             "cpu_scale": cpu_scale,
             "policy": "prefix-affinity",
+            "routers": routers,
+            "workers": workers,
+            "router_cores": [list(c) for c in cores.routers],
+            "client_core": cores.client,
+            "options": options,
         },
         "results": results,
         "goal_met": results["200"]["added_p99_ms"] <= GOAL_P99_MS,  # type: ignore[index]
     }
-    json_path, md_path = write_results(out, "router-overhead", result, markdown(result))
+    json_path, md_path = write_results(out, name, result, markdown(result))
     click.echo(md_path.read_text())
     click.echo(f"wrote {json_path} and {md_path}")
 

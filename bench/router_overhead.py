@@ -25,7 +25,7 @@ through the router, alternating (direct, routed, direct, routed); the time to th
 that percentile. The router's own ``prefixserving_router_added_latency_seconds`` histogram
 (time spent in the router before the upstream request and after the first upstream byte) is
 reported next to it. Maximum requests per second: non-streamed completions from 64
-concurrent clients through the router on one core.
+concurrent clients through the router processes.
 
 The fake engine and the load generator share the last core of the machine; the routers get
 the others (on a 2-core machine: one). So on 2 cores the client side can limit the rates; the

@@ -15,15 +15,14 @@ benchmarks that draw a chart: matplotlib runs ``fc-list`` on a machine with no f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from bench.router_overhead import Cores
 from click.testing import CliRunner
 
 from prefixserving.cli import main
@@ -56,17 +55,6 @@ def run_script(script: str, *args: str, timeout_s: float = ENGINE_TIMEOUT_S) -> 
         timeout=timeout_s,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-
-def load_script(script: str) -> ModuleType:
-    """``bench/SCRIPT`` imported as a module (registered under its stem), for its pure parts."""
-    name = Path(script).stem
-    spec = importlib.util.spec_from_file_location(name, BENCH / script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 CURVE_ARGS = ["--curve-minutes", "2", "--curve-bucket-s", "30"]
@@ -340,14 +328,13 @@ def test_router_overhead_spread_over_routers_and_workers(tmp_path: Path) -> None
 def test_router_cores_leave_the_last_core_to_the_client_side() -> None:
     """The client side gets the last core; router processes get the others, ``workers`` each,
     shared in turn once they run out; a 1-core machine shares its core."""
-    cores = load_script("router_overhead.py").Cores
-    two = cores.plan([0, 1], routers=2, workers=2)
+    two = Cores.plan([0, 1], routers=2, workers=2)
     assert (two.client, two.routers) == (1, ((0,), (0,)))
-    many = cores.plan(list(range(16)), routers=2, workers=2)
+    many = Cores.plan(list(range(16)), routers=2, workers=2)
     assert (many.client, many.routers) == (15, ((0, 1), (2, 3)))
-    wrap = cores.plan([0, 1, 2, 3], routers=2, workers=2)
+    wrap = Cores.plan([0, 1, 2, 3], routers=2, workers=2)
     assert wrap.routers == ((0, 1), (0, 2))
-    assert cores.plan([5], routers=1, workers=1).routers == ((5,),)
+    assert Cores.plan([5], routers=1, workers=1).routers == ((5,),)
 
 
 @pytest.mark.slow

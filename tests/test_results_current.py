@@ -68,18 +68,20 @@ def _replay_cases() -> list[tuple[Path, str]]:
 
 
 def test_every_sweep_and_comparison_file_is_checked() -> None:
-    """The sweeps (scale 0.125 and full size) and the comparisons of PEEK's variants each have
-    a row to re-run."""
+    """The sweeps (scale 0.125 and full size; the `default` full-size and header sweeps also
+    on the held-out seed 1) and the comparisons of PEEK's variants each have a row to re-run."""
     names = {path.stem for path in _checked_files()}
     assert {
         "replay-sweep-default",
         "replay-sweep-default-headers",
+        "replay-sweep-default-headers-seed1",
         "replay-sweep-gpu",
         "replay-sweep-gpu-headers",
         "replay-response-ratio",
         "replay-response-ratio-gpu",
         "replay-sweep-full-default",
         "replay-sweep-full-gpu",
+        "replay-sweep-full-default-seed1",
         "replay-decode-headroom",
         "replay-decode-headroom-gpu",
         "replay-cache-share",

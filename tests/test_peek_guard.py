@@ -162,3 +162,36 @@ def test_the_ports_probe_answers_as_get_cached_block() -> None:
     assert pool.reset_prefix_cache()
     agree(first + later)
     assert not any(port.is_cached(h) for h in first + later)
+
+
+def leading_cached(pool: BlockPool, hashes: list[BlockHash]) -> int:
+    """How many of ``hashes`` a prefix lookup hits: it stops at the first uncached block."""
+    for i, block_hash in enumerate(hashes):
+        if pool.get_cached_block(block_hash, [0]) is None:
+            return i
+    return len(hashes)
+
+
+@pytest.mark.parametrize("with_prefix", [True, False], ids=["prefix-moves", "window-only"])
+def test_a_chain_that_fills_the_lru_end_is_evicted_from_its_end(with_prefix: bool) -> None:
+    """A planned chain fills the free queue and each step allocates a block (decodes grow).
+    Moving its blocks with their prefix keeps it a chain: eviction takes its last blocks, and a
+    lookup still hits every block left. Moving only the window's blocks (control) rotates the
+    chain, and eviction soon takes a block from its middle: the blocks after it stay cached but
+    a lookup cannot reach them."""
+    pool = make_pool(num_blocks=42)  # 41 usable: the chain and one spare block
+    port = VllmBlockPoolPort(pool)
+    chain = cache_chain(pool, "planned", 40)
+    guard = Guard(port, window_blocks=2)
+    rank = dict.fromkeys(chain, 0)
+    taken: list[KVCacheBlock] = []
+    for _ in range(12):
+        guard.step(rank, 2, (lambda _: chain) if with_prefix else None)
+        taken += pool.get_new_blocks(1)
+    cached = sum(pool.get_cached_block(h, [0]) is not None for h in chain)
+    assert cached == 29  # one spare block, then one block of the chain per step
+    if with_prefix:
+        assert leading_cached(pool, chain) == cached
+    else:
+        assert leading_cached(pool, chain) < cached
+    pool.free_blocks(taken)

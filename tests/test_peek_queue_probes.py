@@ -1,7 +1,7 @@
 """PeekQueue's prefix-cache probes and the guard's plan ranks, on a fake engine (no vLLM).
 
 A presentation asks the engine about each block at most once (a cluster's members walk the
-same blocks), and ``_plan_rank``'s early stop on chained hashes gives the brute-force ranks.
+same blocks), and ``_plan``'s early stop on chained hashes gives the brute-force ranks.
 """
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ class FakeEngine:
     def cache_key(self, block_hash: tuple[int, ...]) -> tuple[int, ...]:
         return block_hash
 
+    def cached_block(self, key: object) -> None:
+        return None
+
+    def is_free(self, block: object) -> bool:
+        return True
+
     def move_to_mru(self, block: object) -> None: ...
 
     def pin(self, block: object) -> None: ...
@@ -143,7 +149,7 @@ def test_plan_ranks_match_a_brute_force_recount(
     for position, entry in enumerate(queue.lanes.plan(PLAN_REQUESTS)):
         for block_hash in queue.index.path(entry.rid)[: queue.index.frontier(entry.rid)]:
             expected.setdefault(block_hash, position)
-    assert queue._plan_rank() == expected
+    assert queue._plan()[0] == expected
 
 
 @settings(max_examples=200, deadline=None)

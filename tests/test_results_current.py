@@ -68,8 +68,9 @@ def _replay_cases() -> list[tuple[Path, str]]:
 
 
 def test_every_sweep_and_comparison_file_is_checked() -> None:
-    """The sweeps (scale 0.125 and full size; the `default` full-size and header sweeps also
-    on the held-out seed 1) and the comparisons of PEEK's variants each have a row to re-run."""
+    """The sweeps (scale 0.125 and full size; the `default` full-size sweep and both header
+    sweeps also on the held-out seed 1) and the comparisons of PEEK's variants each have a row
+    to re-run."""
     names = {path.stem for path in _checked_files()}
     assert {
         "replay-sweep-default",
@@ -77,6 +78,7 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-sweep-default-headers-seed1",
         "replay-sweep-gpu",
         "replay-sweep-gpu-headers",
+        "replay-sweep-gpu-headers-seed1",
         "replay-response-ratio",
         "replay-response-ratio-gpu",
         "replay-sweep-full-default",

@@ -105,6 +105,13 @@ class VllmBlockPoolPort:
         its per-group list: the queue probes on every arrival and presentation."""
         return block_hash + self._key_suffix in self.pool.cached_block_hash_to_block._cache
 
+    def cached_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        return self.pool.cached_block_hash_to_block.get_one_block(key)
+
+    @staticmethod
+    def is_free(block: KVCacheBlock) -> bool:
+        return block.ref_cnt == 0
+
     def move_to_mru(self, block: KVCacheBlock) -> None:
         self.pool.free_block_queue.remove(block)
         self.pool.free_block_queue.append(block)

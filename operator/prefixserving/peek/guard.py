@@ -11,10 +11,15 @@ its next picks come from, best first, and for each the cached blocks it will rea
    carry), then walk the free queue from the LRU end across the blocks this step could evict
    (``window_blocks`` blocks the plan does not need, at most ``4 x window_blocks`` in all).
    An empty plan (no planned request has a cached block) needs no walk.
-2. Move every planned block met there to the most-recently-used end, worst plan rank first, so
-   eviction meets them in reverse plan order: the next pick's blocks go last. Moving costs no
-   capacity; blocks that only later picks need are not protected (the queue asks again next
-   step, when they are nearer).
+2. For each planned request with a block met there, move its free cached blocks (``plan_blocks``:
+   root first) to the most-recently-used end: worst plan rank first, and within a rank deepest
+   first, so eviction meets them in reverse plan order (the next pick's blocks go last) and
+   takes each chain from its end. A block's prefix moves with it: a lookup stops at the first
+   missing block, so a chain that lost a block in its middle is worth only what lies before
+   it. (Moving only the blocks met in the window would rotate a chain that fills the LRU end:
+   a few steps of that, and the engine evicts from its middle.) Moving costs no capacity;
+   blocks that only later picks need are not protected (the queue asks again next step, when
+   they are nearer).
 3. Optionally hard-pin instead (reference count + 1, so the block cannot be evicted this step):
    planned blocks while the pins stay within ``pin_budget_fraction`` of the pool. Pins last one
    step: ``release_all`` runs before the next plan, on preemption, on a prefix-cache reset and at
@@ -27,15 +32,17 @@ every cached block), is **pressure**: the cache cannot keep what the next picks 
 ``PREFIXSERVING_PIN_BUDGET_FRACTION``), ``window_blocks`` (most blocks one step may allocate:
 token budget / block size + one per running request; each ``step`` may pass a smaller estimate).
 
-**Cost**: ``step`` O(planned blocks + window_blocks + blocks moved log blocks moved), the walk
-capped at 4 x window_blocks (O(1) for an empty plan); ``release_all`` O(pinned).
+**Cost**: ``step`` O(planned blocks + window_blocks + m log m), the walk capped at
+4 x window_blocks (O(1) for an empty plan), where m is the cached blocks of the planned requests
+with a block in the window (one lookup each); ``release_all`` O(pinned).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from operator import itemgetter
 from typing import Generic, Protocol, TypeVar
 
 B = TypeVar("B")
@@ -64,6 +71,14 @@ class BlockPoolPort(Protocol[B, H]):
 
     def cache_key(self, block_hash: H) -> Hashable:
         """The pool's key for a prefix hash, as ``free_lru`` gives it."""
+        ...
+
+    def cached_block(self, key: Hashable) -> B | None:
+        """A block cached under ``key`` (a ``cache_key``), or None."""
+        ...
+
+    def is_free(self, block: B) -> bool:
+        """Whether the block is in the free queue (no request uses it)."""
         ...
 
     def move_to_mru(self, block: B) -> None:
@@ -119,17 +134,24 @@ class Guard(Generic[B, H]):
     def is_pinned(self, block_hash: H) -> bool:
         return self.port.cache_key(block_hash) in self._pinned
 
-    def step(self, plan_rank: dict[H, int], window_blocks: int | None = None) -> GuardReport:
+    def step(
+        self,
+        plan_rank: dict[H, int],
+        window_blocks: int | None = None,
+        plan_blocks: Callable[[int], Sequence[H]] | None = None,
+    ) -> GuardReport:
         """Protect the planned blocks in the eviction window (module docstring).
         ``plan_rank``: block hash -> rank of the best planned request that reads it (0 first);
-        ``window_blocks``: this step's estimate of blocks it allocates (capped at the maximum)."""
+        ``window_blocks``: this step's estimate of blocks it allocates (capped at the maximum);
+        ``plan_blocks``: rank -> the planned request's cached block hashes, root first (None:
+        only the blocks met in the window move)."""
         window = (
             self.window_blocks if window_blocks is None else min(window_blocks, self.window_blocks)
         )
         window = max(1, window)
         needed: list[tuple[int, B, Hashable]] = []
+        cache_key = self.port.cache_key
         if plan_rank:  # an empty plan needs no block: nothing to find in the window
-            cache_key = self.port.cache_key
             ranks = {cache_key(block_hash): rank for block_hash, rank in plan_rank.items()}
             unneeded = 0
             for block, key in islice(self.port.free_lru(), 4 * window):
@@ -147,12 +169,31 @@ class Guard(Generic[B, H]):
             self.port.pin(block)
             self._pinned[key] = block
             pinned += 1
-        for _, block, key in needed:
-            if key not in self._pinned:
-                self.port.move_to_mru(block)
+        moving: dict[Hashable, tuple[tuple[int, int], B]] = {}
+        met = sorted({rank for rank, _, key in needed if key not in self._pinned})
+        for rank in met if plan_blocks else ():  # best first: a shared prefix is walked once
+            path = plan_blocks(rank)
+            for depth in range(len(path) - 1, -1, -1):
+                block_hash = path[depth]
+                key = cache_key(block_hash)
+                if key in moving:
+                    break  # collected with its whole prefix by a better rank
+                if key in self._pinned:
+                    continue  # cannot be evicted this step; its prefix may be
+                found = self.port.cached_block(key)
+                if found is None:
+                    continue  # evicted: the blocks before it still count
+                if not self.port.is_free(found):
+                    break  # a request uses it, so it holds the whole prefix too
+                moving[key] = ((-plan_rank[block_hash], -depth), found)
+        for rank, block, key in needed:
+            if key not in self._pinned and key not in moving:
+                moving[key] = ((-rank, 0), block)
+        for _, block in sorted(moving.values(), key=itemgetter(0)):
+            self.port.move_to_mru(block)
         return GuardReport(
             needed_in_window=len(needed),
-            moved=len(needed) - pinned,
+            moved=len(moving),
             pinned=pinned,
             free_short=self.port.num_free < window,
         )

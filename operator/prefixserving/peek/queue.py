@@ -206,7 +206,8 @@ class PeekQueue(Generic[R, H]):
         if self.guard is None:
             return
         self.guard.release_all()
-        self.last_guard_report = self.guard.step(*self._plan(window_blocks))
+        plan_rank, plan_blocks = self._plan()
+        self.last_guard_report = self.guard.step(plan_rank, window_blocks, plan_blocks)
         # Pressure on a queue where no request can reuse anything (no cached prefix, no shared
         # next block) is no reason to leave arrival order: reordering would save no prefill.
         if self.last_guard_report.pressure and self.index.has_reuse:
@@ -480,12 +481,10 @@ class PeekQueue(Generic[R, H]):
         new_blocks = -(-entry.cost_tokens // self.view.block_size) + 1
         return self.view.free_blocks() - new_blocks >= self._reserve_blocks
 
-    def _plan(
-        self, window_blocks: int | None = None
-    ) -> tuple[dict[H, int], int | None, Callable[[int], Sequence[H]]]:
-        """The guard's arguments: cached block hash -> rank of the best request of the lanes'
-        plan that reads it, ``window_blocks``, and a function from a rank to the request's
-        cached blocks (root first; sliced when the guard asks).
+    def _plan(self) -> tuple[dict[H, int], Callable[[int], Sequence[H]]]:
+        """The guard's plan: cached block hash -> rank of the best request of the lanes' plan
+        that reads it, and a function from a rank to the request's cached blocks (root first;
+        sliced when the guard asks).
 
         Hashes are chained, so a ranked hash means its whole prefix is ranked by the same or a
         better request: each request's walk back from its last cached block stops at the first
@@ -494,19 +493,19 @@ class PeekQueue(Generic[R, H]):
         builds their cost lanes, which must happen now: cache keys describe the queue when
         taken)."""
         rank: dict[H, int] = {}
-        rids: list[str] = []
+        planned: list[tuple[Sequence[H], int]] = []  # by rank: path, cached blocks
         if self.index.has_cached_prefix or self.lanes.reorder:
             for position, entry in enumerate(self.lanes.plan(PLAN_REQUESTS)):
-                rids.append(entry.rid)
-                path = self.index.path(entry.rid)
-                for depth in range(self.index.frontier(entry.rid) - 1, -1, -1):
+                path, frontier = self.index.path(entry.rid), self.index.frontier(entry.rid)
+                planned.append((path, frontier))
+                for depth in range(frontier - 1, -1, -1):
                     block_hash = path[depth]
                     if block_hash in rank:
                         break
                     rank[block_hash] = position
 
         def cached_blocks(position: int) -> Sequence[H]:
-            rid = rids[position]
-            return self.index.path(rid)[: self.index.frontier(rid)]
+            path, frontier = planned[position]
+            return path[:frontier]
 
-        return rank, window_blocks, cached_blocks
+        return rank, cached_blocks

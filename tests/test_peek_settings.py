@@ -54,6 +54,18 @@ def test_a_bad_decode_reserve_names_the_variable_and_an_example(raw: str, messag
     assert constants.ENV_DECODE_RESERVE_BLOCKS in str(caught.value)
 
 
+def test_reordering_on_a_backlog_is_off_by_default_and_reads_its_variable() -> None:
+    assert PeekSettings.from_env({}).reorder_on_backlog is False
+    env = {constants.ENV_REORDER_ON_BACKLOG: "true"}
+    assert PeekSettings.from_env(env).reorder_on_backlog is True
+
+
+def test_a_bad_backlog_flag_names_the_variable_and_an_example() -> None:
+    with pytest.raises(ValueError, match="is not a boolean") as caught:
+        PeekSettings.from_env({constants.ENV_REORDER_ON_BACKLOG: "sometimes"})
+    assert f"{constants.ENV_REORDER_ON_BACKLOG}=true" in str(caught.value)
+
+
 def _expected_defaults() -> dict[str, object]:
     defaults = PeekSettings()
     return {
@@ -64,6 +76,7 @@ def _expected_defaults() -> dict[str, object]:
         constants.ENV_MAX_RESPONSE_RATIO: defaults.max_response_ratio,
         constants.ENV_CACHE_SHARE: defaults.cache_share,
         constants.ENV_DECODE_RESERVE_BLOCKS: defaults.decode_reserve_blocks,
+        constants.ENV_REORDER_ON_BACKLOG: defaults.reorder_on_backlog,
     }
 
 

@@ -1,8 +1,11 @@
-"""The real-engine PEEK benchmark's summary (``bench/real_engine_peek.py``), without engines."""
+"""The real-engine PEEK benchmark's summary and options (``bench/real_engine_peek.py``), no
+engines started."""
 
 from __future__ import annotations
 
-from bench.real_engine_peek import summarize
+import click
+import pytest
+from bench.real_engine_peek import _peek_settings, summarize
 
 
 def row(scheduler: str, ttft_p50: float, tpot_p50: float, round_: int = 1) -> dict[str, object]:
@@ -47,3 +50,13 @@ def test_one_slow_round_does_not_decide_the_goal() -> None:
     assert summary["rounds_peek_ttft_p50_lower"] == 3
     assert summary["hit_rate_ratio"] == 1.0 and summary["tpot_p50_ratio"] == 1.0
     assert summary["goal_met"] is False
+
+
+def test_peek_settings_for_the_peek_engine_are_checked_before_any_engine_starts() -> None:
+    assert _peek_settings(("PREFIXSERVING_REORDER_ON_BACKLOG=true",)) == {
+        "PREFIXSERVING_REORDER_ON_BACKLOG": "true"
+    }
+    with pytest.raises(click.BadParameter, match="PREFIXSERVING_REORDER_ON_BACKLOG"):
+        _peek_settings(("PREFIXSERVING_REORDER_ON_BACKLOG=sometimes",))
+    with pytest.raises(click.BadParameter, match="NAME=VALUE"):
+        _peek_settings(("VLLM_CPU_KVCACHE_SPACE=4",))

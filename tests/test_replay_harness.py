@@ -211,6 +211,60 @@ def test_peek_keeps_arrival_order_when_no_request_can_reuse_anything() -> None:
     assert first_token_order(peek) == first_token_order(fcfs)
 
 
+def backlog_without_pressure(shared: bool) -> Workload:
+    """Cold 480-token prompts and cheap siblings of one cached 256-token prefix (or, with
+    ``shared`` False, unique prompts of the siblings' length) arriving together, on a cache that
+    holds them all and a 512-token step budget: a queue that outlasts steps, never pressure."""
+    first = request("g0", 0.0, [((NS_SYSTEM, 9), 256), ((NS_QUESTION, 9, 0), 16)], 2)
+    rest = []
+    for i in range(1, 13):
+        arrival = 0.001 * i
+        rest.append(request(f"c{i}", arrival, [((NS_COLD, 90 + i), 480)], 2))
+        prompt = [((NS_SYSTEM, 9), 256), ((NS_QUESTION, 9, i), 16)]
+        rest.append(request(f"s{i}", arrival, prompt if shared else [((NS_COLD, i), 272)], 2))
+    return workload([first, *rest], num_blocks=1024, max_num_batched_tokens=512)
+
+
+def test_reordering_on_a_backlog_lets_cached_siblings_pass_cold_prompts_without_pressure() -> None:
+    """``PREFIXSERVING_REORDER_ON_BACKLOG`` (``peek_backlog``): with no cache pressure, PEEK keeps
+    arrival order; the variant leaves it once a request waits through a step, so siblings whose
+    prefix is cached start before older cold prompts, and their median TTFT falls."""
+    w = backlog_without_pressure(shared=True)
+    fcfs, peek, backlog = run("fcfs", w), run("peek", w), run("peek_backlog", w)
+    assert peek["metrics"]["policy_stats"]["pressure_steps"] == 0
+    assert backlog["metrics"]["policy_stats"]["pressure_steps"] == 0
+    assert first_token_order(peek) == first_token_order(fcfs)
+    order = first_token_order(backlog)
+    assert order != first_token_order(fcfs)
+    assert order.index("s12") < order.index("c6")
+
+    def sibling_p50(out: dict) -> float:
+        ttfts = sorted(out["records"][f"s{i}"].ttft_s for i in range(1, 13))
+        return (ttfts[5] + ttfts[6]) / 2
+
+    assert sibling_p50(backlog) < sibling_p50(fcfs) / 2
+
+
+def test_reordering_on_a_backlog_keeps_arrival_order_when_nothing_is_reused() -> None:
+    w = backlog_without_pressure(shared=False)
+    assert first_token_order(run("peek_backlog", w)) == first_token_order(run("fcfs", w))
+
+
+def test_the_backlog_variant_runs_peek_with_its_flag_only() -> None:
+    """``peek_backlog`` is the shipped PeekScheduler with ``PREFIXSERVING_REORDER_ON_BACKLOG`` on
+    for its construction only; PEEK's default leaves it off."""
+    from prefixserving import constants
+    from prefixserving_lab.models.replay_engine import build_scheduler
+
+    shape = EngineShape(num_blocks=256)
+    peek = build_scheduler(scheduler_class("peek"), shape)
+    variant = build_scheduler(scheduler_class("peek_backlog"), shape)
+    assert constants.ENV_REORDER_ON_BACKLOG not in os.environ
+    assert isinstance(variant, type(peek))
+    assert not peek.waiting.settings.reorder_on_backlog
+    assert variant.waiting.settings.reorder_on_backlog
+
+
 def test_the_response_ratio_variant_runs_peek_with_its_bound_only() -> None:
     """``peek_rr16`` is the shipped PeekScheduler with the lanes' bound at 16, and reading
     its setting leaves the process environment as it was."""

@@ -94,6 +94,14 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-overtakes-gpu",
         "replay-overtakes-seed1",
         "replay-overtakes-gpu-seed1",
+        "replay-backlog",
+        "replay-backlog-gpu",
+        "replay-backlog-seed1",
+        "replay-backlog-gpu-seed1",
+        "replay-backlog-headers",
+        "replay-backlog-gpu-headers",
+        "replay-backlog-headers-seed1",
+        "replay-backlog-gpu-headers-seed1",
     } <= names
 
 

@@ -99,6 +99,7 @@ ENV_DECODE_RESERVE_BLOCKS: Final = "PREFIXSERVING_DECODE_RESERVE_BLOCKS"
 # Not in the spec: expert knobs of the lanes, set through spec.engine.env.
 ENV_MAX_RESPONSE_RATIO: Final = "PREFIXSERVING_MAX_RESPONSE_RATIO"
 ENV_CACHE_SHARE: Final = "PREFIXSERVING_CACHE_SHARE"
+ENV_REORDER_ON_BACKLOG: Final = "PREFIXSERVING_REORDER_ON_BACKLOG"
 
 # Router endpoints and metrics read by other components (warm-up sidecar, status, alerts).
 ROUTER_HOT_PREFIXES_PATH: Final = "/v1/prefixserving/hot-prefixes"

@@ -18,10 +18,11 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
 
 **Pick rule** (the best class that has a presentable request):
 
-1. with ``cache_lane`` off, or while the cache is not under pressure (``reorder`` False: the
-   queue sets it from the eviction guard), the resume lane's head, then the FCFS lane's head:
-   exactly vLLM's order. Without cache pressure reordering buys no hits, and with no prefix reuse
-   FCFS is the order that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
+1. with ``cache_lane`` off, or while ``reorder`` is False (the queue sets it under cache
+   pressure, which the eviction guard reports, and, with its ``reorder_on_backlog``, on a
+   backlog), the resume lane's head, then the FCFS lane's head: exactly vLLM's order.
+   Without cache pressure reordering buys no hits, and with no prefix reuse FCFS is the order
+   that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
 2. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
 3. the aged lane's best request if its response ratio is at least ``max_response_ratio``,
    unless the cache lane's **share** is due: with ``cache_share`` s > 0 the cache lane's head
@@ -45,8 +46,8 @@ starves expensive requests under load; the response-ratio bound keeps TTFT p99 w
 FCFS's on the sharing workloads (against SGLang ``hrrn``'s it wins some rows and loses others:
 the results files say which); the overtake budget is the hard backstop.
 
-**Bounds** (property tests check them): with ``cache_lane`` off or no pressure the order is
-vLLM's; with ``max_overtakes`` 0, arrival order within each class; otherwise no request is
+**Bounds** (property tests check them): with ``cache_lane`` off or ``reorder`` False the order
+is vLLM's; with ``max_overtakes`` 0, arrival order within each class; otherwise no request is
 overtaken by more than ``max_overtakes`` younger requests of its class while it is presented
 (held siblings, ``park``, are never presented and never block others; a request that was
 overtaken while held goes first once it is presented again if that made up its budget).

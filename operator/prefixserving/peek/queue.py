@@ -12,8 +12,10 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
    their prefill or made no progress retire and hand back their siblings; the guard
    (:mod:`.guard`) protects the cached blocks the lanes' plan will read and reports pressure,
    which, while some waiting request can reuse blocks (``QueueIndex.has_reuse``), lets the
-   lanes leave arrival order for ``PRESSURE_MEMORY_STEPS`` steps; the running
-   requests' block reserve is recorded.
+   lanes leave arrival order for ``PRESSURE_MEMORY_STEPS`` steps; with
+   ``reorder_on_backlog`` a **backlog** does the same: a request that is not held waited
+   through the whole previous step (more requests wait, held ones aside, than joined since
+   it began: a count, O(1)); the running requests' block reserve is recorded.
 3. **Presenting** (``bool`` / ``peek``): the lanes pick; the pick's frontier is re-checked (two
    probes: its last cached block is still cached, its first uncached block still is not; if not,
    it is re-indexed and re-priced and the lanes pick again); a sibling of a running pioneer is
@@ -64,8 +66,9 @@ H = TypeVar("H", bound=Hashable)
 
 # Requests of the lanes' plan whose cached blocks the guard protects each step.
 PLAN_REQUESTS = 32
-# Steps the lanes keep reordering after the guard last reported pressure: the free queue
-# refills and drains from step to step, so pressure seen now is pressure a few steps on.
+# Steps the lanes keep reordering after the guard last reported pressure (or the last backlog,
+# with reorder_on_backlog): the free queue refills and drains from step to step, so pressure
+# seen now is pressure a few steps on.
 PRESSURE_MEMORY_STEPS = 16
 
 
@@ -177,6 +180,8 @@ class PeekQueue(Generic[R, H]):
         self._now_s = 0.0
         self._reserve_blocks: int | None = None
         self._steps_since_pressure = PRESSURE_MEMORY_STEPS + 1
+        # Requests that joined (new or preempted) since the last begin_step: the backlog test.
+        self._joined_since_step = 0
         self.lanes.reorder = False
 
     # -- per step -------------------------------------------------------------------------------
@@ -189,6 +194,8 @@ class PeekQueue(Generic[R, H]):
         nothing runs, so admission is left to the engine, which can always drain its queue; or
         when the engine admits nothing this step, so nothing is checked against it)."""
         self._now_s = now_s
+        backlog = len(self.lanes) - self.num_held > self._joined_since_step
+        self._joined_since_step = 0
         self._confirm_admissions(_memoized(self.view.is_cached))
         self._popped_this_step.clear()
         self.lanes.settle()
@@ -208,10 +215,12 @@ class PeekQueue(Generic[R, H]):
         self.guard.release_all()
         plan_rank, plan_blocks = self._plan()
         self.last_guard_report = self.guard.step(plan_rank, window_blocks, plan_blocks)
-        # Pressure on a queue where no request can reuse anything (no cached prefix, no shared
-        # next block) is no reason to leave arrival order: reordering would save no prefill.
-        if self.last_guard_report.pressure and self.index.has_reuse:
-            self.stats.pressure_steps += 1
+        # Pressure (or a backlog) on a queue where no request can reuse anything (no cached
+        # prefix, no shared next block) is no reason to leave arrival order: reordering would
+        # save no prefill.
+        pressure = self.last_guard_report.pressure
+        if (pressure or (backlog and self.settings.reorder_on_backlog)) and self.index.has_reuse:
+            self.stats.pressure_steps += int(pressure)
             self._steps_since_pressure = 0
         else:
             self._steps_since_pressure += 1
@@ -335,6 +344,8 @@ class PeekQueue(Generic[R, H]):
         self.index.insert(rid, hashes, frontier)
         key = self.view.priority_key(request)
         klass, order = key if key is not None else (0, (next(self._seq),))
+        if stamps is None:
+            self._joined_since_step += 1
         self.lanes.add(
             rid,
             request,

@@ -29,6 +29,10 @@ variable                                  default  meaning
                                                    while the aged lane has a request over its
                                                    bound, below 1 (:mod:`.lanes`; 0: the aged
                                                    lane goes first; not in the spec either)
+``PREFIXSERVING_REORDER_ON_BACKLOG``      false    the lanes also leave arrival order while a
+                                                   request waits through a whole step without
+                                                   cache pressure (:mod:`.queue`; not in the
+                                                   spec; docs/peek.md says when it pays)
 ========================================  =======  ===============================================
 """
 
@@ -46,6 +50,7 @@ from prefixserving.constants import (
     ENV_MAX_RESPONSE_RATIO,
     ENV_MAX_SIBLING_WAIT_MS,
     ENV_PIN_BUDGET_FRACTION,
+    ENV_REORDER_ON_BACKLOG,
 )
 from prefixserving.peek.guard import DEFAULT_PIN_BUDGET_FRACTION
 from prefixserving.peek.holding import DEFAULT_MAX_SIBLING_WAIT_S
@@ -75,6 +80,7 @@ class PeekSettings:
     max_response_ratio: float = MAX_RESPONSE_RATIO
     cache_share: float = DEFAULT_CACHE_SHARE
     decode_reserve_blocks: int = DEFAULT_DECODE_RESERVE_BLOCKS
+    reorder_on_backlog: bool = False
 
     def __post_init__(self) -> None:
         if self.max_sibling_wait_ms < 0:
@@ -109,6 +115,8 @@ class PeekSettings:
             kwargs["cache_share"] = _number(ENV_CACHE_SHARE, raw)
         if (raw := env.get(ENV_DECODE_RESERVE_BLOCKS)) is not None:
             kwargs["decode_reserve_blocks"] = _count(ENV_DECODE_RESERVE_BLOCKS, raw, 1)
+        if (raw := env.get(ENV_REORDER_ON_BACKLOG)) is not None:
+            kwargs["reorder_on_backlog"] = _flag(ENV_REORDER_ON_BACKLOG, raw)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

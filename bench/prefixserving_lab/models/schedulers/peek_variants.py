@@ -52,3 +52,10 @@ class PeekOvertakes100kScheduler(PeekSettingVariant):
     alone ages waiting requests."""
 
     env: ClassVar[dict[str, str]] = {constants.ENV_MAX_OVERTAKES: "100000"}
+
+
+class PeekBacklogScheduler(PeekSettingVariant):
+    """``peek_backlog``: the lanes also leave arrival order on a backlog without cache pressure
+    (``PREFIXSERVING_REORDER_ON_BACKLOG=true``; default false: only under pressure)."""
+
+    env: ClassVar[dict[str, str]] = {constants.ENV_REORDER_ON_BACKLOG: "true"}

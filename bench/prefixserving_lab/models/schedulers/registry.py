@@ -2,9 +2,9 @@
 
 ``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
 (:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16``, ``peek_no_reserve``,
-``peek_share50`` and ``peek_ovt100k`` PEEK with one setting changed (:mod:`.peek_variants`),
-the others are the baselines in :mod:`prefixserving_lab.models.schedulers`. Every class has
-``Scheduler``'s constructor.
+``peek_share50``, ``peek_ovt100k`` and ``peek_backlog`` PEEK with one setting changed
+(:mod:`.peek_variants`), the others are the baselines in
+:mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s constructor.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ PEEK_POLICIES: tuple[str, ...] = (
     "peek_no_reserve",
     "peek_share50",
     "peek_ovt100k",
+    "peek_backlog",
 )
 
 POLICIES: dict[str, str] = {
@@ -35,6 +36,7 @@ POLICIES: dict[str, str] = {
     "peek_no_reserve": "prefixserving_lab.models.schedulers.peek_variants:PeekNoReserveScheduler",
     "peek_share50": "prefixserving_lab.models.schedulers.peek_variants:PeekCacheShareScheduler",
     "peek_ovt100k": "prefixserving_lab.models.schedulers.peek_variants:PeekOvertakes100kScheduler",
+    "peek_backlog": "prefixserving_lab.models.schedulers.peek_variants:PeekBacklogScheduler",
     "lpm_uncapped": "prefixserving_lab.models.schedulers.sglang:UncappedLpmScheduler",
     "sglang_lpm": "prefixserving_lab.models.schedulers.sglang:SglangLpmScheduler",
     "sglang_hrrn": "prefixserving_lab.models.schedulers.sglang:SglangHrrnScheduler",

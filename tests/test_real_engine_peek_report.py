@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 import pytest
-from bench.real_engine_peek import _peek_settings, summarize
+from bench.real_engine_peek import parse_peek_env, summarize
 
 
 def row(scheduler: str, ttft_p50: float, tpot_p50: float, round_: int = 1) -> dict[str, object]:
@@ -53,10 +53,10 @@ def test_one_slow_round_does_not_decide_the_goal() -> None:
 
 
 def test_peek_settings_for_the_peek_engine_are_checked_before_any_engine_starts() -> None:
-    assert _peek_settings(("PREFIXSERVING_REORDER_ON_BACKLOG=true",)) == {
+    assert parse_peek_env(("PREFIXSERVING_REORDER_ON_BACKLOG=true",)) == {
         "PREFIXSERVING_REORDER_ON_BACKLOG": "true"
     }
     with pytest.raises(click.BadParameter, match="PREFIXSERVING_REORDER_ON_BACKLOG"):
-        _peek_settings(("PREFIXSERVING_REORDER_ON_BACKLOG=sometimes",))
+        parse_peek_env(("PREFIXSERVING_REORDER_ON_BACKLOG=sometimes",))
     with pytest.raises(click.BadParameter, match="NAME=VALUE"):
-        _peek_settings(("VLLM_CPU_KVCACHE_SPACE=4",))
+        parse_peek_env(("VLLM_CPU_KVCACHE_SPACE=4",))

@@ -227,6 +227,108 @@ def test_cheapest_first_under_pressure_then_the_response_ratio_bound() -> None:
     assert picks[12] == ("r0", Pick.AGED)
 
 
+def test_the_fcfs_bound_holds_the_aged_lane_back_until_a_request_reaches_its_fcfs_place() -> None:
+    """The scenario above with ``fcfs_bound``: a 400-token request that joined behind 4,000
+    queued tokens is due once 4,000 tokens were admitted (its FCFS place), not at its ratio
+    bound (1,200), so forty fresh cheap requests go first; joining an empty queue, it is due at
+    its ratio bound, as without the setting. The queue ahead of it was aborted after it joined:
+    the place is fixed when a request joins."""
+
+    def first_aged_pick(queued_ahead: int) -> int:
+        lanes: Lanes[int] = Lanes(max_overtakes=10**6, max_response_ratio=4.0, fcfs_bound=True)
+        lanes.reorder = True
+        for number in range(queued_ahead):
+            add(lanes, 100 + number, 400)
+        add(lanes, 0, 400)
+        assert lanes.due_work(lanes.get("r0")) == max(400 * queued_ahead, 1200)
+        for number in range(queued_ahead):
+            lanes.remove(f"r{100 + number}")
+        picks = []
+        for number in range(1, 60):
+            add(lanes, number, 100)
+            picks.append(admit(lanes))
+        first = picks.index(("r0", Pick.AGED))
+        assert all(pick == (f"r{i + 1}", Pick.CACHE) for i, pick in enumerate(picks[:first]))
+        return first
+
+    assert first_aged_pick(queued_ahead=10) == 40
+    assert first_aged_pick(queued_ahead=0) == 12
+
+
+def test_with_the_fcfs_bound_the_earliest_due_request_goes_first_not_the_oldest() -> None:
+    """An old 1,000-token request is due at its ratio bound (7,000 tokens); a younger held
+    100-token one at its FCFS place (1,000). Once 1,000 tokens of fresh cheap requests were
+    admitted and the held one is presented again, it goes first, from the aged lane."""
+    lanes: Lanes[int] = Lanes(max_overtakes=10**6, max_response_ratio=8.0, fcfs_bound=True)
+    lanes.reorder = True
+    add(lanes, 0, 1000)
+    add(lanes, 1, 100)
+    lanes.park("r1")
+    for number in range(2, 22):
+        add(lanes, number, 50)
+    assert [admit(lanes) for _ in range(20)] == [(f"r{n}", Pick.CACHE) for n in range(2, 22)]
+    add(lanes, 22, 50)
+    lanes.unpark("r1")
+    assert admit(lanes) == ("r1", Pick.AGED)
+    assert admit(lanes) == ("r22", Pick.CACHE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 5000)),
+            st.tuples(st.just("admit"), st.just(0)),
+            st.tuples(st.just("reprice"), st.integers(1, 5000)),
+            st.tuples(st.just("park"), st.just(0)),
+            st.tuples(st.just("unpark"), st.just(0)),
+        ),
+        max_size=150,
+    ),
+    st.sampled_from([1.0, 2.0, 8.0]),
+    st.randoms(use_true_random=False),
+)
+def test_with_the_fcfs_bound_a_due_request_goes_before_any_request_that_is_not(
+    operations: list, max_response_ratio: float, rng: random.Random
+) -> None:
+    """Whatever the arrivals, costs, re-pricing and holds: while some presented request's due
+    point (the later of its response-ratio bound and its FCFS place) has been reached, the pick
+    is the aged lane's request with the earliest due point; otherwise the cache lane's cheapest.
+    So no request is kept past its due point by a request that is not due."""
+    lanes: Lanes[int] = Lanes(
+        max_overtakes=10**6, max_response_ratio=max_response_ratio, fcfs_bound=True
+    )
+    lanes.reorder = True
+    count = 0
+    for op, value in operations:
+        present = [e for e in lanes if e.present]
+        if op == "add":
+            add(lanes, count, value)
+            count += 1
+        elif op == "admit" and present:
+            due = [e for e in present if lanes.work_tokens >= lanes.due_work(e)]
+            picked = lanes.next_pick()
+            assert picked is not None
+            entry, pick = picked
+            if due:
+                assert pick is Pick.AGED
+                assert lanes.due_work(entry) == min(lanes.due_work(e) for e in due)
+            else:
+                assert pick in (Pick.CACHE, Pick.FCFS)
+                assert entry.cost_tokens == min(e.cost_tokens for e in present)
+            lanes.remove(entry.rid)
+            lanes.charge(entry, pick)
+        elif op == "reprice" and present:
+            lanes.reprice(rng.choice(present).rid, value)
+        elif op == "park" and present:
+            lanes.park(rng.choice(present).rid)
+        elif op == "unpark":
+            held = [e for e in lanes if not e.present]
+            if held:
+                lanes.unpark(rng.choice(held).rid)
+        lanes.check_invariants()
+
+
 def test_a_cache_share_splits_the_work_with_the_aged_lane_once_it_is_due() -> None:
     """The scenario above with ``cache_share`` 0.5: cheap requests first until the expensive
     ones are over the bound, then the cache lane's head and the aged lane's best take turns by
@@ -312,7 +414,9 @@ def fresh_copy(lanes: Lanes[int], admitted: list[Entry[int]]) -> Lanes[int]:
     every admission in ``admitted`` and never settled: heaps with no history (no stale items,
     cost lanes never paused) and every admitted place kept."""
     copy: Lanes[int] = Lanes(
-        max_overtakes=lanes.max_overtakes, max_response_ratio=lanes.max_response_ratio
+        max_overtakes=lanes.max_overtakes,
+        max_response_ratio=lanes.max_response_ratio,
+        fcfs_bound=lanes.fcfs_bound,
     )
     copy.reorder = lanes.reorder
     for entry in admitted:
@@ -333,14 +437,16 @@ def fresh_copy(lanes: Lanes[int], admitted: list[Entry[int]]) -> Lanes[int]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(history_ops)
-def test_history_never_changes_a_pick_and_heaps_stay_bounded(operations: list) -> None:
+@given(history_ops, st.booleans())
+def test_history_never_changes_a_pick_and_heaps_stay_bounded(
+    operations: list, fcfs_bound: bool
+) -> None:
     """Lanes that lived through re-pricing, holds, admissions, aborts, settling and pressure
     switching on and off (stale heap items, cost lanes dropped and rebuilt, compactions, admitted
     places dropped) pick and plan exactly as fresh lanes holding the same requests; and their
     heaps never hold more than the compaction bound (every current item plus ``COMPACT_FACTOR``
     stale ones per current one, plus slack)."""
-    lanes: Lanes[int] = Lanes(max_overtakes=6, max_response_ratio=3.0)
+    lanes: Lanes[int] = Lanes(max_overtakes=6, max_response_ratio=3.0, fcfs_bound=fcfs_bound)
     lanes.reorder = False
     admitted: list[Entry[int]] = []
     count = 0

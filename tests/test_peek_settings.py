@@ -66,6 +66,17 @@ def test_a_bad_backlog_flag_names_the_variable_and_an_example() -> None:
     assert f"{constants.ENV_REORDER_ON_BACKLOG}=true" in str(caught.value)
 
 
+def test_the_fcfs_bound_is_off_by_default_and_reads_its_variable() -> None:
+    assert PeekSettings.from_env({}).fcfs_bound is False
+    assert PeekSettings.from_env({constants.ENV_FCFS_BOUND: "on"}).fcfs_bound is True
+
+
+def test_a_bad_fcfs_bound_flag_names_the_variable_and_an_example() -> None:
+    with pytest.raises(ValueError, match="is not a boolean") as caught:
+        PeekSettings.from_env({constants.ENV_FCFS_BOUND: "maybe"})
+    assert f"{constants.ENV_FCFS_BOUND}=true" in str(caught.value)
+
+
 def _expected_defaults() -> dict[str, object]:
     defaults = PeekSettings()
     return {
@@ -77,6 +88,7 @@ def _expected_defaults() -> dict[str, object]:
         constants.ENV_CACHE_SHARE: defaults.cache_share,
         constants.ENV_DECODE_RESERVE_BLOCKS: defaults.decode_reserve_blocks,
         constants.ENV_REORDER_ON_BACKLOG: defaults.reorder_on_backlog,
+        constants.ENV_FCFS_BOUND: defaults.fcfs_bound,
     }
 
 

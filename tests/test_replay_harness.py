@@ -265,6 +265,30 @@ def test_the_backlog_variant_runs_peek_with_its_flag_only() -> None:
     assert variant.waiting.settings.reorder_on_backlog
 
 
+def test_the_fcfs_bound_variants_run_peek_with_their_settings_only() -> None:
+    """``peek_fcfs_bound`` is the shipped PeekScheduler with the FCFS bound on and the overtake
+    budget at the largest value ``spec.scheduler.maxOvertakes`` admits (so users can set what
+    it measures); ``peek_fcfs_bound_backlog`` adds reordering on a backlog. PEEK's default
+    leaves the bound off, and the process environment is left as it was."""
+    from prefixserving import constants
+    from prefixserving.api.types import SchedulerSpec
+    from prefixserving_lab.models.replay_engine import build_scheduler
+
+    shape = EngineShape(num_blocks=256)
+    peek = build_scheduler(scheduler_class("peek"), shape)
+    bound = build_scheduler(scheduler_class("peek_fcfs_bound"), shape)
+    backlog = build_scheduler(scheduler_class("peek_fcfs_bound_backlog"), shape)
+    assert constants.ENV_FCFS_BOUND not in os.environ
+    largest = SchedulerSpec.model_json_schema()["properties"]["maxOvertakes"]["maximum"]
+    assert not peek.waiting.lanes.fcfs_bound
+    for variant in (bound, backlog):
+        assert isinstance(variant, type(peek))
+        assert variant.waiting.lanes.fcfs_bound
+        assert variant.waiting.lanes.max_overtakes == largest
+    assert not bound.waiting.settings.reorder_on_backlog
+    assert backlog.waiting.settings.reorder_on_backlog
+
+
 def test_the_response_ratio_variant_runs_peek_with_its_bound_only() -> None:
     """``peek_rr16`` is the shipped PeekScheduler with the lanes' bound at 16, and reading
     its setting leaves the process environment as it was."""

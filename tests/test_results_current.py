@@ -94,14 +94,14 @@ def test_every_sweep_and_comparison_file_is_checked() -> None:
         "replay-overtakes-gpu",
         "replay-overtakes-seed1",
         "replay-overtakes-gpu-seed1",
-        "replay-backlog",
-        "replay-backlog-gpu",
-        "replay-backlog-seed1",
-        "replay-backlog-gpu-seed1",
-        "replay-backlog-headers",
-        "replay-backlog-gpu-headers",
-        "replay-backlog-headers-seed1",
-        "replay-backlog-gpu-headers-seed1",
+        "replay-opt-ins",
+        "replay-opt-ins-gpu",
+        "replay-opt-ins-seed1",
+        "replay-opt-ins-gpu-seed1",
+        "replay-opt-ins-headers",
+        "replay-opt-ins-gpu-headers",
+        "replay-opt-ins-headers-seed1",
+        "replay-opt-ins-gpu-headers-seed1",
     } <= names
 
 

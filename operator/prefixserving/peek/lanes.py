@@ -13,6 +13,14 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
   SGLang's ``hrrn`` ages requests. The lane keeps the requests by cost in buckets a factor of
   sqrt(2) wide, each in arrival order; the best ratio is taken among the buckets' oldest requests,
   so it is exact up to that factor;
+  with ``fcfs_bound`` a request is due instead from the later of two work-clock points: its
+  response-ratio bound and its **FCFS place** (the uncached work of its class's waiting requests
+  when it joined: what FCFS would admit before it). The lane keeps the requests by that due
+  point (one heap, earliest first), and the first due one goes. Under a light queue the ratio
+  bound is the later one and the order is as without it; under overload the FCFS place is, so
+  the cache lane serves cheap requests until some request reaches where FCFS would admit it
+  (counted in PEEK's costs when it joined: a bound on the admission order, not on TTFT;
+  docs/peek.md);
 * the **resume lane** (``cache_lane`` off only): requests the engine put back, last first, as
   vLLM's own queue.
 
@@ -24,7 +32,8 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
    Without cache pressure reordering buys no hits, and with no prefix reuse FCFS is the order
    that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
 2. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
-3. the aged lane's best request if its response ratio is at least ``max_response_ratio``,
+3. the aged lane's best request if its response ratio is at least ``max_response_ratio``
+   (with ``fcfs_bound``: its first request if the work clock reached its due point),
    unless the cache lane's **share** is due: with ``cache_share`` s > 0 the cache lane's head
    goes instead while the cache lane has taken less than s of the prefill work admitted since
    the aged lane became due (``Pick.SHARE``; see below);
@@ -50,7 +59,9 @@ the results files say which); the overtake budget is the hard backstop.
 is vLLM's; with ``max_overtakes`` 0, arrival order within each class; otherwise no request is
 overtaken by more than ``max_overtakes`` younger requests of its class while it is presented
 (held siblings, ``park``, are never presented and never block others; a request that was
-overtaken while held goes first once it is presented again if that made up its budget).
+overtaken while held goes first once it is presented again if that made up its budget); with
+``fcfs_bound`` and no share, while a presented request is due, the earliest due one goes
+before any request that is not due (rules 1 and 2 aside).
 
 **Overtake count**: each class keeps the sorted arrival places of the requests admitted from it
 (``bisect``); a request's count is how many of them are younger than it, so it is exact whatever
@@ -67,7 +78,9 @@ class's oldest waiting request joined, plus O(n).
 **Parameters**: ``cache_lane`` (env ``PREFIXSERVING_LANES``), ``max_overtakes`` (default 128,
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
 env ``PREFIXSERVING_MAX_RESPONSE_RATIO``; 1 is SGLang's ``hrrn`` order under pressure),
-``cache_share`` (default 0, env ``PREFIXSERVING_CACHE_SHARE``, below 1). On the
+``cache_share`` (default 0, env ``PREFIXSERVING_CACHE_SHARE``, below 1), ``fcfs_bound``
+(default off, env ``PREFIXSERVING_FCFS_BOUND``; the overtake budget still applies, so it
+changes little unless ``max_overtakes`` is raised: docs/peek.md). On the
 replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by a third on the shared-prefix
 workloads for hit rates within 0.04 (``bench/results/replay-response-ratio.md``); at 4 the
 hit rate and p50 fell on the chunked and cold-document workloads.
@@ -89,8 +102,8 @@ without pressure, for good).
 O(log n) plus a list insert or delete (a memmove, near the end: admissions are mostly young);
 ``settle`` amortised O(1) per admission (a drop scans the class, O(n), after at least n
 admissions); a pick is amortised O(log n + cost buckets) (about 40 buckets cover 1 to 10^6
-tokens), plus O(n) for the first pick after the lanes start reordering; ``plan(k)`` is
-O(k log n). Nothing else walks the queue.
+tokens; O(log n) with ``fcfs_bound``), plus O(n) for the first pick after the lanes start
+reordering; ``plan(k)`` is O(k log n). Nothing else walks the queue.
 """
 
 from __future__ import annotations
@@ -127,9 +140,10 @@ class Pick(Enum):
     CACHE = "cache"
 
 
-# Where a request stands in arrival order: (its order, the work clock when it joined). Kept
-# when the engine puts a request back in the step it took it (it never left the queue).
-Stamps = tuple[tuple[Any, ...], int]
+# Where a request stands in arrival order: (its order, the work clock when it joined, the work
+# queued ahead of it then). Kept when the engine puts a request back in the step it took it (it
+# never left the queue).
+Stamps = tuple[tuple[Any, ...], int, int]
 
 
 @dataclass(slots=True)
@@ -137,13 +151,14 @@ class Entry(Generic[R]):
     """One waiting request.
 
     ``klass``: its priority value (0 under FCFS). ``order``: its place in arrival order;
-    ``arrival_work``: the work clock when it joined. ``cost_tokens``: uncached prompt tokens
-    (what admission charges the work clock). ``cache_key``: its place in the cache lane, None
-    while the cost lanes are not built (the lanes' ``cache_key`` function takes it when they
-    need it). ``resume``: in the resume lane. ``present``: False while held. The versions
-    invalidate stale heap items: ``version`` comes from a counter of the lanes, so a request
-    that leaves and rejoins under the same id (put back by the engine, preempted) never matches
-    the items of its earlier stay.
+    ``arrival_work``: the work clock when it joined; ``ahead_work``: the uncached work of its
+    class's waiting requests then (what FCFS admits before it). ``cost_tokens``: uncached
+    prompt tokens (what admission charges the work clock). ``cache_key``: its place in the
+    cache lane, None while the cost lanes are not built (the lanes' ``cache_key`` function
+    takes it when they need it). ``resume``: in the resume lane. ``present``: False while
+    held. The versions invalidate stale heap items: ``version`` comes from a counter of the
+    lanes, so a request that leaves and rejoins under the same id (put back by the engine,
+    preempted) never matches the items of its earlier stay.
 
     Every field holds plain values or the engine's request, so a waiting request costs the
     garbage collector one tracked object here (the place is a plain tuple, which the collector
@@ -163,18 +178,21 @@ class Entry(Generic[R]):
     version: int = 0
     cache_version: int = 0
     bucket: int = 0
+    ahead_work: int = 0
 
     @property
     def stamps(self) -> Stamps:
         """Its place, to give back to :meth:`Lanes.add` when it rejoins in the same step."""
-        return self.order, self.arrival_work
+        return self.order, self.arrival_work, self.ahead_work
 
 
 @dataclass(slots=True)
 class _Class:
     """One priority class: its requests (held ones too) and its heaps. ``cost_lanes``: the
     cache and aged heaps are built (only while reordering). ``items``: items in all its heaps,
-    current and stale."""
+    current and stale. ``waiting_work``: its requests' uncached work (``cost_tokens``).
+    ``due``: the aged lane with ``fcfs_bound`` (by due work; ``aged`` holds the buckets
+    otherwise)."""
 
     entries: dict[str, Entry[Any]] = field(default_factory=dict)
     resume: list[tuple[Any, ...]] = field(default_factory=list)
@@ -183,10 +201,12 @@ class _Class:
     aged: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
     cost_lanes: bool = False
     items: int = 0
+    waiting_work: int = 0
+    due: list[tuple[Any, ...]] = field(default_factory=list)
 
     def cost_items(self) -> int:
         """Items in the cache and aged heaps. O(buckets)."""
-        return len(self.cache) + sum(len(heap) for heap in self.aged.values())
+        return len(self.cache) + len(self.due) + sum(len(heap) for heap in self.aged.values())
 
     def crowded(self) -> bool:
         """Stale items exceed ``COMPACT_FACTOR`` per current one (a request has one item per
@@ -210,6 +230,7 @@ class Lanes(Generic[R]):
         max_response_ratio: float = MAX_RESPONSE_RATIO,
         cache_share: float = DEFAULT_CACHE_SHARE,
         cache_key: Callable[[Entry[R]], tuple[Any, ...]] | None = None,
+        fcfs_bound: bool = False,
     ) -> None:
         if max_overtakes < 0:
             raise ValueError("max_overtakes must be >= 0")
@@ -219,6 +240,7 @@ class Lanes(Generic[R]):
         self.max_overtakes = max_overtakes
         self.max_response_ratio = max_response_ratio
         self.cache_share = cache_share
+        self.fcfs_bound = fcfs_bound
         # The share's deficit counter in tokens (module docstring): due while >= 0.
         self._share_balance = 0.0
         self._cache_key = cache_key or _by_cost
@@ -244,7 +266,7 @@ class Lanes(Generic[R]):
         if self._reorder and not value:
             for state in self._classes.values():
                 state.items -= state.cost_items()
-                state.cache, state.aged, state.cost_lanes = [], {}, False
+                state.cache, state.aged, state.due, state.cost_lanes = [], {}, [], False
                 for entry in state.entries.values():
                     entry.cache_key = None
         self._reorder = value
@@ -293,11 +315,11 @@ class Lanes(Generic[R]):
         if state is None:
             state = self._classes[klass] = _Class()
         if stamps is not None:
-            order, arrival_work = stamps
+            order, arrival_work, ahead_work = stamps
         else:
             if resume:
                 order = (next(self._resume_seq),)
-            arrival_work = self.work_tokens
+            arrival_work, ahead_work = self.work_tokens, state.waiting_work
         entry = Entry(
             rid=rid,
             request=request,
@@ -307,7 +329,9 @@ class Lanes(Generic[R]):
             cost_tokens=cost_tokens,
             resume=resume,
             version=next(self._versions),
+            ahead_work=ahead_work,
         )
+        state.waiting_work += cost_tokens
         self._entries[rid] = entry
         state.entries[rid] = entry
         self._push(entry, state)
@@ -319,6 +343,7 @@ class Lanes(Generic[R]):
         entry.version = next(self._versions)
         state = self._classes[entry.klass]
         del state.entries[rid]
+        state.waiting_work -= entry.cost_tokens
         if not state.entries:
             del self._classes[entry.klass]
         return entry
@@ -330,10 +355,11 @@ class Lanes(Generic[R]):
         entry = self._entries[rid]
         if cost_tokens == entry.cost_tokens:
             return
+        state = self._classes[entry.klass]
+        state.waiting_work += cost_tokens - entry.cost_tokens
         entry.cost_tokens, entry.cache_key = cost_tokens, None
         entry.cache_version += 1
         if entry.present and not entry.resume:
-            state = self._classes[entry.klass]
             self._push_cost_lanes(entry, state)
             if state.crowded():
                 self._rebuild(state)
@@ -404,6 +430,13 @@ class Lanes(Generic[R]):
         cost = entry.cost_tokens
         return (self.work_tokens - entry.arrival_work + cost) / cost
 
+    def due_work(self, entry: Entry[R]) -> float:
+        """With ``fcfs_bound``: the work clock from which ``entry`` is due in the aged lane, the
+        later of its response-ratio bound and its FCFS place (module docstring)."""
+        return entry.arrival_work + max(
+            entry.ahead_work, (self.max_response_ratio - 1.0) * entry.cost_tokens
+        )
+
     def check_invariants(self) -> None:
         """Raise AssertionError when a class's item count differs from its heaps' lengths, or
         its cost lanes hold items while unbuilt. O(classes x buckets); for tests."""
@@ -411,6 +444,7 @@ class Lanes(Generic[R]):
             assert state.items == len(state.resume) + len(state.fcfs) + state.cost_items()
             assert state.cost_lanes or not state.cost_items(), "unbuilt cost lanes hold items"
             assert state.cost_lanes <= self.reorder, "cost lanes kept without reordering"
+            assert state.waiting_work == sum(e.cost_tokens for e in state.entries.values())
 
     # -- picking --------------------------------------------------------------------------------
     def next_pick(self) -> tuple[Entry[R], Pick] | None:
@@ -426,8 +460,13 @@ class Lanes(Generic[R]):
             if not self.reorder or self.overtaken(oldest) >= self.max_overtakes:
                 return oldest, Pick.FCFS
             self._cost_lanes(state)
-            aged = self._most_aged(state)
-            if aged is not None and self.response_ratio(aged) >= self.max_response_ratio:
+            if self.fcfs_bound:
+                aged = self._head(state.due, _in_cost_lanes, state)
+                due = aged is not None and self.work_tokens >= self.due_work(aged)
+            else:
+                aged = self._most_aged(state)
+                due = aged is not None and self.response_ratio(aged) >= self.max_response_ratio
+            if due:
                 if self.cache_share and self._share_balance >= 0:
                     cheapest = self._head(state.cache, _in_cost_lanes, state)
                     if cheapest is not None and cheapest is not aged:
@@ -478,8 +517,11 @@ class Lanes(Generic[R]):
         if not state.cost_lanes:
             return
         heapq.heappush(state.cache, self._cache_item(entry))
-        entry.bucket = _bucket(entry.cost_tokens)
-        heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))
+        if self.fcfs_bound:
+            heapq.heappush(state.due, self._due_item(entry))
+        else:
+            entry.bucket = _bucket(entry.cost_tokens)
+            heapq.heappush(state.aged.setdefault(entry.bucket, []), _aged_item(entry))
         state.items += 2
 
     def _cost_lanes(self, state: _Class) -> None:
@@ -491,7 +533,7 @@ class Lanes(Generic[R]):
 
     def _rebuild(self, state: _Class) -> None:
         """Rebuild the class's heaps from its present requests, without stale items. O(n)."""
-        state.resume, state.fcfs, state.cache, state.aged = [], [], [], {}
+        state.resume, state.fcfs, state.cache, state.aged, state.due = [], [], [], {}, []
         for entry in state.entries.values():
             if not entry.present:
                 continue
@@ -502,9 +544,12 @@ class Lanes(Generic[R]):
             state.fcfs.append(item)
             if state.cost_lanes:
                 state.cache.append(self._cache_item(entry))
-                entry.bucket = _bucket(entry.cost_tokens)
-                state.aged.setdefault(entry.bucket, []).append(_aged_item(entry))
-        for heap in (state.resume, state.fcfs, state.cache, *state.aged.values()):
+                if self.fcfs_bound:
+                    state.due.append(self._due_item(entry))
+                else:
+                    entry.bucket = _bucket(entry.cost_tokens)
+                    state.aged.setdefault(entry.bucket, []).append(_aged_item(entry))
+        for heap in (state.resume, state.fcfs, state.cache, state.due, *state.aged.values()):
             heapq.heapify(heap)
         state.items = len(state.resume) + len(state.fcfs) + state.cost_items()
 
@@ -513,6 +558,10 @@ class Lanes(Generic[R]):
         if entry.cache_key is None:
             entry.cache_key = self._cache_key(entry)
         return (entry.cache_key, entry.order, entry.version, entry.cache_version, entry.rid)
+
+    def _due_item(self, entry: Entry[R]) -> tuple[Any, ...]:
+        """The entry's item in the ``fcfs_bound`` aged lane: earliest due first, then arrival."""
+        return (self.due_work(entry), entry.order, entry.version, entry.cache_version, entry.rid)
 
     def _most_aged(self, state: _Class) -> Entry[R] | None:
         """The bucket heads' request with the highest response ratio (ties: the older)."""

@@ -164,6 +164,7 @@ class PeekQueue(Generic[R, H]):
             max_response_ratio=self.settings.max_response_ratio,
             cache_share=self.settings.cache_share,
             cache_key=self._cache_key,
+            fcfs_bound=self.settings.fcfs_bound,
         )
         self.stats = QueueStats(
             admitted={p.value: 0 for p in Pick}, admitted_tokens={p.value: 0 for p in Pick}

@@ -33,6 +33,11 @@ variable                                  default  meaning
                                                    request waits through a whole step without
                                                    cache pressure (:mod:`.queue`; not in the
                                                    spec; docs/peek.md says when it pays)
+``PREFIXSERVING_FCFS_BOUND``              false    a request is also not due in the aged lane
+                                                   before the work queued ahead of it when it
+                                                   joined was admitted (:mod:`.lanes`; not in
+                                                   the spec; pair it with a high
+                                                   ``PREFIXSERVING_MAX_OVERTAKES``; docs/peek.md)
 ========================================  =======  ===============================================
 """
 
@@ -45,6 +50,7 @@ from dataclasses import dataclass
 from prefixserving.constants import (
     ENV_CACHE_SHARE,
     ENV_DECODE_RESERVE_BLOCKS,
+    ENV_FCFS_BOUND,
     ENV_LANES,
     ENV_MAX_OVERTAKES,
     ENV_MAX_RESPONSE_RATIO,
@@ -81,6 +87,7 @@ class PeekSettings:
     cache_share: float = DEFAULT_CACHE_SHARE
     decode_reserve_blocks: int = DEFAULT_DECODE_RESERVE_BLOCKS
     reorder_on_backlog: bool = False
+    fcfs_bound: bool = False
 
     def __post_init__(self) -> None:
         if self.max_sibling_wait_ms < 0:
@@ -117,6 +124,8 @@ class PeekSettings:
             kwargs["decode_reserve_blocks"] = _count(ENV_DECODE_RESERVE_BLOCKS, raw, 1)
         if (raw := env.get(ENV_REORDER_ON_BACKLOG)) is not None:
             kwargs["reorder_on_backlog"] = _flag(ENV_REORDER_ON_BACKLOG, raw)
+        if (raw := env.get(ENV_FCFS_BOUND)) is not None:
+            kwargs["fcfs_bound"] = _flag(ENV_FCFS_BOUND, raw)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

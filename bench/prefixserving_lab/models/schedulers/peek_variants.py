@@ -1,6 +1,7 @@
-"""PEEK with one setting changed, for rows next to ``peek`` in the same replay run.
+"""PEEK with one setting changed (or one documented combination), for rows next to ``peek`` in
+the same replay run.
 
-Each variant is :class:`prefixserving.engine.vllm.PeekScheduler` constructed with one of PEEK's
+Each variant is :class:`prefixserving.engine.vllm.PeekScheduler` constructed with PEEK's
 environment settings (:mod:`prefixserving.peek.settings`) set for that construction only, so the
 engine code under test is exactly the shipped scheduler.
 """
@@ -59,3 +60,26 @@ class PeekBacklogScheduler(PeekSettingVariant):
     (``PREFIXSERVING_REORDER_ON_BACKLOG=true``; default false: only under pressure)."""
 
     env: ClassVar[dict[str, str]] = {constants.ENV_REORDER_ON_BACKLOG: "true"}
+
+
+# The FCFS bound with the overtake budget at the spec's maximum: the bound replaces the budget
+# as the backstop (with the default budget of 128 the budget binds first and little changes).
+_FCFS_BOUND_ENV = {constants.ENV_FCFS_BOUND: "true", constants.ENV_MAX_OVERTAKES: "100000"}
+
+
+class PeekFcfsBoundScheduler(PeekSettingVariant):
+    """``peek_fcfs_bound``: a request is due in the aged lane only once the work queued ahead of
+    it when it joined was admitted, or later by its response-ratio bound
+    (``PREFIXSERVING_FCFS_BOUND=true``), with ``PREFIXSERVING_MAX_OVERTAKES=100000``."""
+
+    env: ClassVar[dict[str, str]] = _FCFS_BOUND_ENV
+
+
+class PeekFcfsBoundBacklogScheduler(PeekSettingVariant):
+    """``peek_fcfs_bound_backlog``: ``peek_fcfs_bound`` with
+    ``PREFIXSERVING_REORDER_ON_BACKLOG=true``."""
+
+    env: ClassVar[dict[str, str]] = {
+        **_FCFS_BOUND_ENV,
+        constants.ENV_REORDER_ON_BACKLOG: "true",
+    }

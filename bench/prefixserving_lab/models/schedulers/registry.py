@@ -2,9 +2,10 @@
 
 ``fcfs`` is vLLM's stock scheduler, ``peek`` is PEEK's adapter
 (:class:`prefixserving.engine.vllm.PeekScheduler`), ``peek_rr16``, ``peek_no_reserve``,
-``peek_share50``, ``peek_ovt100k`` and ``peek_backlog`` PEEK with one setting changed
-(:mod:`.peek_variants`), the others are the baselines in
-:mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s constructor.
+``peek_share50``, ``peek_ovt100k``, ``peek_backlog``, ``peek_fcfs_bound`` and
+``peek_fcfs_bound_backlog`` PEEK with settings changed (:mod:`.peek_variants`), the others are
+the baselines in :mod:`prefixserving_lab.models.schedulers`. Every class has ``Scheduler``'s
+constructor.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ PEEK_POLICIES: tuple[str, ...] = (
     "peek_share50",
     "peek_ovt100k",
     "peek_backlog",
+    "peek_fcfs_bound",
+    "peek_fcfs_bound_backlog",
 )
 
 POLICIES: dict[str, str] = {
@@ -37,6 +40,10 @@ POLICIES: dict[str, str] = {
     "peek_share50": "prefixserving_lab.models.schedulers.peek_variants:PeekCacheShareScheduler",
     "peek_ovt100k": "prefixserving_lab.models.schedulers.peek_variants:PeekOvertakes100kScheduler",
     "peek_backlog": "prefixserving_lab.models.schedulers.peek_variants:PeekBacklogScheduler",
+    "peek_fcfs_bound": "prefixserving_lab.models.schedulers.peek_variants:PeekFcfsBoundScheduler",
+    "peek_fcfs_bound_backlog": (
+        "prefixserving_lab.models.schedulers.peek_variants:PeekFcfsBoundBacklogScheduler"
+    ),
     "lpm_uncapped": "prefixserving_lab.models.schedulers.sglang:UncappedLpmScheduler",
     "sglang_lpm": "prefixserving_lab.models.schedulers.sglang:SglangLpmScheduler",
     "sglang_hrrn": "prefixserving_lab.models.schedulers.sglang:SglangHrrnScheduler",

@@ -441,11 +441,11 @@ def fresh_copy(lanes: Lanes[int], admitted: list[Entry[int]]) -> Lanes[int]:
 def test_history_never_changes_a_pick_and_heaps_stay_bounded(
     operations: list, fcfs_bound: bool
 ) -> None:
-    """Lanes that lived through re-pricing, holds, admissions, aborts, settling and pressure
-    switching on and off (stale heap items, cost lanes dropped and rebuilt, compactions, admitted
-    places dropped) pick and plan exactly as fresh lanes holding the same requests; and their
-    heaps never hold more than the compaction bound (every current item plus ``COMPACT_FACTOR``
-    stale ones per current one, plus slack)."""
+    """Lanes (with and without the FCFS bound) that lived through re-pricing, holds, admissions,
+    aborts, settling and pressure switching on and off (stale heap items, cost lanes dropped and
+    rebuilt, compactions, admitted places dropped) pick and plan exactly as fresh lanes holding
+    the same requests; and their heaps never hold more than the compaction bound (every current
+    item plus ``COMPACT_FACTOR`` stale ones per current one, plus slack)."""
     lanes: Lanes[int] = Lanes(max_overtakes=6, max_response_ratio=3.0, fcfs_bound=fcfs_bound)
     lanes.reorder = False
     admitted: list[Entry[int]] = []

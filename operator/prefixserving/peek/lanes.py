@@ -438,8 +438,9 @@ class Lanes(Generic[R]):
         )
 
     def check_invariants(self) -> None:
-        """Raise AssertionError when a class's item count differs from its heaps' lengths, or
-        its cost lanes hold items while unbuilt. O(classes x buckets); for tests."""
+        """Raise AssertionError when a class's item count differs from its heaps' lengths, its
+        cost lanes hold items while unbuilt, or its waiting work differs from its requests'
+        costs. O(n + classes x buckets); for tests."""
         for state in self._classes.values():
             assert state.items == len(state.resume) + len(state.fcfs) + state.cost_items()
             assert state.cost_lanes or not state.cost_items(), "unbuilt cost lanes hold items"

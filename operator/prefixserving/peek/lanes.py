@@ -79,8 +79,8 @@ class's oldest waiting request joined, plus O(n).
 env ``PREFIXSERVING_MAX_OVERTAKES``; 0 keeps arrival order), ``max_response_ratio`` (default 8,
 env ``PREFIXSERVING_MAX_RESPONSE_RATIO``; 1 is SGLang's ``hrrn`` order under pressure),
 ``cache_share`` (default 0, env ``PREFIXSERVING_CACHE_SHARE``, below 1), ``fcfs_bound``
-(default off, env ``PREFIXSERVING_FCFS_BOUND``; the overtake budget still applies, so it
-changes little unless ``max_overtakes`` is raised: docs/peek.md). On the
+(default off, env ``PREFIXSERVING_FCFS_BOUND``; the overtake budget still applies, and in deep
+queues it binds first unless ``max_overtakes`` is raised: docs/peek.md). On the
 replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by a third on the shared-prefix
 workloads for hit rates within 0.04 (``bench/results/replay-response-ratio.md``); at 4 the
 hit rate and p50 fell on the chunked and cold-document workloads.

@@ -63,7 +63,7 @@ class PeekBacklogScheduler(PeekSettingVariant):
 
 
 # The FCFS bound with the overtake budget at the spec's maximum: the bound replaces the budget
-# as the backstop (with the default budget of 128 the budget binds first and little changes).
+# as the backstop (in deep queues the default budget of 128 binds first and little changes).
 _FCFS_BOUND_ENV = {constants.ENV_FCFS_BOUND: "true", constants.ENV_MAX_OVERTAKES: "100000"}
 
 

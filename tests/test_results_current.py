@@ -12,7 +12,7 @@ machine).
   the Mooncake trace, 8 engines, every router count.
 
 A change to a scheduler or router policy, to a simulator or its workloads, or to vLLM that
-moves a committed figure fails here until the file is re-run with its command (README.md,
+moves a committed figure fails here until the file is re-run with its command (docs/benchmarks.md,
 "Reproduce").
 """
 
@@ -29,7 +29,7 @@ from prefixserving_lab.models.schedulers.registry import BASELINE, PEEK_POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-RERUN = "Re-run the file with its command (README.md, Reproduce)."
+RERUN = "Re-run the file with its command (docs/benchmarks.md, Reproduce)."
 # PEEK, its setting variants (lab: models/schedulers/peek_variants.py) and the baseline.
 REPLAY_POLICIES = (*PEEK_POLICIES, BASELINE)
 
@@ -161,7 +161,7 @@ def test_the_committed_fault_series_of_prefix_affinity_replay_exactly(
 
 
 CLUSTER_ROUTERS = RESULTS / "cluster-routers.json"
-# The README's command for the file: default trace, sizes and time scale, so its rows can be
+# The file's command in docs/benchmarks.md: default trace, sizes and time scale, so its rows can be
 # rebuilt from the defaults.
 CLUSTER_ROUTERS_COMMAND = (
     "prefixserving bench cluster --replicas 8 --replicas 16 --routers 1 --routers 2 --routers 4"

@@ -181,3 +181,47 @@ def test_counted_cycles_give_their_own_goal_row_and_table_columns() -> None:
     assert "| fcfs | 100 | 1.000 | 1.000 | 3.000 | - | 5.000 | 1.000 | - | - |" in table
     peek = "| peek | 1,000 | 1.000 | 1.000 | 9.000 | 0.500 | 11.500 | 1.150 | 31.50 | 1.050 |"
     assert peek in table
+
+
+def test_the_scorecard_judges_every_policy_as_peek_is() -> None:
+    """PEEK's card holds exactly its goal rows; a baseline is judged against the others (and
+    itself, which always holds); PEEK's settings are never anyone's baseline."""
+    policies = ("fcfs", "peek", "sglang_spf", "sglang_hrrn", "peek_no_reserve")
+    at_08 = (
+        metrics(0.2, 14.0, 30.0, None, 1.0, goodput=0.2, tpot=0.020),
+        metrics(0.6, 1.5, 29.0, None, 1.0, goodput=0.9, tpot=0.023),
+        # SPF: best at everything but beaten by PEEK's setting, which is not a baseline
+        metrics(0.62, 1.0, 25.0, None, 1.0, goodput=1.0, tpot=0.021),
+        metrics(0.5, 3.0, 28.0, None, 1.0, goodput=0.7),
+        metrics(0.9, 0.1, 1.0, None, 1.0, goodput=5.0, tpot=0.01),
+    )
+    at_12 = (
+        metrics(0.2, 9.0, 20.0, None, 1.0, goodput=0.3, tpot=0.020),
+        metrics(0.7, 2.0, 19.0, None, 1.0, goodput=0.8, tpot=0.021),
+        metrics(0.6, 1.0, 40.0, None, 1.0, goodput=1.2, tpot=0.030),
+        metrics(0.5, 3.0, 18.0, None, 1.0, goodput=0.7),
+        metrics(0.7, 2.0, 19.0, None, 1.0, goodput=0.8, tpot=0.021),
+    )
+    rows = [
+        {"name": name, "role": "sharing", "runs": dict(zip(policies, runs, strict=True))}
+        for name, runs in (("s@0.8", at_08), ("s@1.2", at_12))
+    ]
+    rows.append(
+        {"name": "c", "role": "control", "runs": {"fcfs": metrics(0.0, 1.0, 5.0, 5.0, 2.0)}}
+    )
+    cards = {c["policy"]: c for c in report.scorecard(rows)}
+    goals = report.goal_summary(report.goals(rows, []))
+    for policy in ("peek", "peek_no_reserve"):
+        summary = {g["goal"]: g["met"] for g in goals if g["policy"] == policy}
+        assert {goal: cards[policy][goal] for goal in report.SHARING_GOALS} == summary
+    spf = cards["sglang_spf"]
+    assert spf["all_five"] == 1 and spf["total"] == 5 + 3  # s@1.2: p99 40 s, TPOT x1.5
+    fcfs = cards["fcfs"]
+    assert fcfs["tpot_p50_1.1x"] == 2 and fcfs["ttft_p99_fcfs_hrrn"] == 0  # HRRN's p99 lower
+    assert fcfs["hit_rate_best"] == 0 and fcfs["rows"] == 2
+    hrrn = cards["sglang_hrrn"]
+    assert hrrn["ttft_p99_fcfs_hrrn"] == 2  # SPF's lower p99 on s@0.8 is no reference
+    order = [c["policy"] for c in report.scorecard(rows)]
+    assert order[:2] == ["sglang_spf", "peek_no_reserve"]  # 8 and 7 goal rows
+    table = "\n".join(report._scorecard_table(report.scorecard(rows)))
+    assert "| sglang_spf | 2 | 2 | 2 | 1 | 1 | 8 of 10 | 1 |" in table

@@ -18,6 +18,11 @@ are the run's other policies, FCFS included, never a PEEK setting):
   deterministic count; :mod:`prefixserving_lab.runners.callgrind`), when they were counted.
 
 Figures are compared as the results hold them (rounded to 4 digits).
+
+**Scorecard** (:func:`scorecard`): the five sharing goals applied to *every* policy of the run,
+each judged as PEEK is, against the same baselines. A comparison of a policy with itself always
+holds, so the baselines need no exception. It says where PEEK ranks on the issue's own measure,
+and which baseline would meet more of its goals than PEEK does.
 """
 
 from __future__ import annotations
@@ -116,6 +121,10 @@ BEST_OF_GOALS: tuple[tuple[str, Callable[[dict[str, Any]], float], bool, str], .
     ("ttft_p50_best", lambda m: float(m["ttft_s"]["p50"]), False, "{:.3f}s"),
     ("goodput_best", lambda m: float(m.get("goodput_rps", 0.0)), True, "{:.3f}/s"),
 )
+P99_GOAL_NAME = "ttft_p99_fcfs_hrrn"
+TPOT_GOAL_NAME = "tpot_p50_1.1x"
+# Every goal of a sharing row, in report order.
+SHARING_GOALS = (*(goal for goal, *_ in BEST_OF_GOALS), P99_GOAL_NAME, TPOT_GOAL_NAME)
 
 
 def _sharing_goals(
@@ -131,7 +140,7 @@ def _sharing_goals(
     refs = {p: baselines[p]["ttft_s"]["p99"] for p in (BASELINE, HRRN) if p in baselines}
     rows.append(
         _goal(
-            "ttft_p99_fcfs_hrrn",
+            P99_GOAL_NAME,
             candidate,
             name,
             all(mine["ttft_s"]["p99"] <= v + EPS for v in refs.values()),
@@ -144,7 +153,7 @@ def _sharing_goals(
     if tpot is not None and base:
         rows.append(
             _goal(
-                "tpot_p50_1.1x",
+                TPOT_GOAL_NAME,
                 candidate,
                 name,
                 tpot <= TPOT_GOAL * base + EPS,
@@ -179,6 +188,36 @@ def goal_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         {"policy": policy, "goal": goal, "met": met[policy, goal], "rows": n}
         for (policy, goal), n in total.items()
     ]
+
+
+def scorecard(workloads: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy of the run: its sharing rows meeting each of ``SHARING_GOALS`` against the
+    run's baselines (module docstring), its total, and the rows where it meets all five; most
+    goal rows first. O(policies x rows x policies)."""
+    met: dict[str, Counter[str]] = {}
+    all_five: Counter[str] = Counter()
+    rows = 0
+    for w in workloads:
+        runs = w["runs"]
+        if w.get("role") != "sharing" or BASELINE not in runs:
+            continue
+        rows += 1
+        baselines = {p: m for p, m in runs.items() if p not in PEEK_POLICIES}
+        for policy, mine in runs.items():
+            goal_rows = _sharing_goals(w["name"], policy, mine, baselines)
+            met.setdefault(policy, Counter()).update(g["goal"] for g in goal_rows if g["met"])
+            all_five[policy] += all(g["met"] for g in goal_rows)
+    cards = [
+        {
+            "policy": policy,
+            **{goal: counts[goal] for goal in SHARING_GOALS},
+            "total": sum(counts.values()),
+            "all_five": all_five[policy],
+            "rows": rows,
+        }
+        for policy, counts in met.items()
+    ]
+    return sorted(cards, key=lambda c: (-c["total"], c["policy"]))
 
 
 def over_budget(overhead: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -256,6 +295,9 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     if result["goals"]:
         lines += _goal_tables(result["goals"])
+    cards = scorecard(result["workloads"])
+    if cards:
+        lines += _scorecard_table(cards)
     if result["overhead"]:
         lines += _overhead_table(result["overhead"])
     if result.get("overhead_profile"):
@@ -288,6 +330,27 @@ def _goal_tables(rows: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {g['goal']} |{policy} {g['scope']} | {'met' if g['met'] else 'MISSED'} | "
             f"{g['detail']} |"
+        )
+    return [*lines, ""]
+
+
+def _scorecard_table(cards: Sequence[dict[str, Any]]) -> list[str]:
+    rows = cards[0]["rows"]
+    lines = [
+        "## Scorecard: PEEK's sharing goals applied to every policy",
+        "",
+        f"Rows met of {rows} sharing rows per goal, each policy judged against the run's"
+        " baselines as PEEK is (PEEK's settings are never baselines; a comparison with itself"
+        " always holds); `all five`: rows where it meets every goal.",
+        "",
+        "| policy | " + " | ".join(SHARING_GOALS) + " | total | all five |",
+        "|---" * (len(SHARING_GOALS) + 3) + "|",
+    ]
+    for c in cards:
+        goals = " | ".join(str(c[goal]) for goal in SHARING_GOALS)
+        lines.append(
+            f"| {c['policy']} | {goals} | {c['total']} of {len(SHARING_GOALS) * rows} | "
+            f"{c['all_five']} |"
         )
     return [*lines, ""]
 

@@ -10,6 +10,7 @@ not links.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +23,19 @@ CODE_SPAN = re.compile(r"`[^`]*`")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 
 
-def prose_lines(text: str) -> list[str]:
-    """The page's lines outside fenced code blocks, with code spans blanked."""
-    lines, fenced = [], False
+def outside_fences(text: str) -> Iterator[str]:
+    """The page's lines outside fenced code blocks."""
+    fenced = False
     for line in text.splitlines():
         if FENCE.match(line):
             fenced = not fenced
-            continue
-        if not fenced:
-            lines.append(CODE_SPAN.sub("", line))
-    return lines
+        elif not fenced:
+            yield line
+
+
+def prose_lines(text: str) -> list[str]:
+    """The page's lines outside fenced code blocks, with code spans blanked."""
+    return [CODE_SPAN.sub("", line) for line in outside_fences(text)]
 
 
 def slug(heading: str) -> str:
@@ -47,12 +51,8 @@ def heading_slugs(page: Path) -> set[str]:
     GitHub."""
     seen: dict[str, int] = {}
     slugs: set[str] = set()
-    fenced = False
-    for line in page.read_text().splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        match = None if fenced else HEADING.match(line)
+    for line in outside_fences(page.read_text()):
+        match = HEADING.match(line)
         if match is None:
             continue
         base = slug(match.group(1))
@@ -92,7 +92,7 @@ def test_relative_links_lead_somewhere(page: Path) -> None:
     assert not problems, f"{page.relative_to(ROOT)}: " + "; ".join(problems)
 
 
-def test_the_checks_catch_a_missing_file_and_a_wrong_anchor(tmp_path: Path) -> None:
+def test_the_checks_catch_a_missing_file_and_a_wrong_anchor() -> None:
     page = ROOT / "docs" / "README.md"
     assert broken(page, "architecture.md") is None
     assert broken(page, "no-such-page.md") is not None

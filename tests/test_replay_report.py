@@ -209,7 +209,8 @@ def test_the_scorecard_judges_every_policy_as_peek_is() -> None:
     rows.append(
         {"name": "c", "role": "control", "runs": {"fcfs": metrics(0.0, 1.0, 5.0, 5.0, 2.0)}}
     )
-    cards = {c["policy"]: c for c in report.scorecard(rows)}
+    ranked = report.scorecard(rows)
+    cards = {c["policy"]: c for c in ranked}
     goals = report.goal_summary(report.goals(rows, []))
     for policy in ("peek", "peek_no_reserve"):
         summary = {g["goal"]: g["met"] for g in goals if g["policy"] == policy}
@@ -221,7 +222,6 @@ def test_the_scorecard_judges_every_policy_as_peek_is() -> None:
     assert fcfs["hit_rate_best"] == 0 and fcfs["rows"] == 2
     hrrn = cards["sglang_hrrn"]
     assert hrrn["ttft_p99_fcfs_hrrn"] == 2  # SPF's lower p99 on s@0.8 is no reference
-    order = [c["policy"] for c in report.scorecard(rows)]
-    assert order[:2] == ["sglang_spf", "peek_no_reserve"]  # 8 and 7 goal rows
-    table = "\n".join(report._scorecard_table(report.scorecard(rows)))
+    assert [c["policy"] for c in ranked[:2]] == ["sglang_spf", "peek_no_reserve"]  # 8 and 7 rows
+    table = "\n".join(report._scorecard_table(ranked))
     assert "| sglang_spf | 2 | 2 | 2 | 1 | 1 | 8 of 10 | 1 |" in table

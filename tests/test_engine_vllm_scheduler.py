@@ -34,6 +34,7 @@ def make_request(
     cache_salt: str | None = None,
     lora: LoRARequest | None = None,
     max_tokens: int = 4,
+    block_size: int = BLOCK,
 ) -> Request:
     return Request(
         request_id=rid,
@@ -43,7 +44,7 @@ def make_request(
         arrival_time=arrival,
         cache_salt=cache_salt,
         lora_request=lora,
-        block_hasher=get_request_block_hasher(BLOCK, fast_block_hash),
+        block_hasher=get_request_block_hasher(block_size, fast_block_hash),
     )
 
 

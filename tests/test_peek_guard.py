@@ -116,11 +116,21 @@ def test_without_guard_the_same_allocation_evicts_the_planned_chain() -> None:
     assert evicted_by_allocation(pool, planned, 3) == {0, 1, 2}
 
 
-def test_pins_stay_within_budget_last_one_step_and_are_released() -> None:
+def planned_at_the_lru_end(copies: int = 1) -> tuple[BlockPool, list[BlockHash]]:
+    """A pool of 20 usable blocks, all free and cached: ``copies`` copies of a 4-block planned
+    chain at the LRU end (vLLM caches a second copy when two requests compute a block in the
+    same step), then other chains."""
     pool = make_pool(num_blocks=21)
-    port = VllmBlockPoolPort(pool)
     planned = cache_chain(pool, "planned", 4)
-    guard = Guard(port, window_blocks=20, pin_budget_fraction=0.1)  # 2 of 21 blocks
+    for _ in range(copies - 1):
+        assert cache_chain(pool, "planned", 4) == planned
+    cache_chain(pool, "other", 20 - 4 * copies)
+    return pool, planned
+
+
+def test_pins_stay_within_budget_last_one_step_and_are_released() -> None:
+    pool, planned = planned_at_the_lru_end()
+    guard = Guard(VllmBlockPoolPort(pool), window_blocks=4, pin_budget_fraction=0.1)  # 2 of 21
     free_before = pool.get_num_free_blocks()
     report = guard.step(dict.fromkeys(planned, 0))
     assert report.pinned == 2 and guard.num_pinned == 2 and report.moved == 2
@@ -133,6 +143,37 @@ def test_pins_stay_within_budget_last_one_step_and_are_released() -> None:
     assert guard.release_all() == 2
     assert guard.num_pinned == 0 and pool.get_num_free_blocks() == free_before
     assert pool.reset_prefix_cache()  # no reference left behind
+
+
+def test_pins_leave_free_what_one_step_can_allocate() -> None:
+    """A pin never takes a block a running request may need this step (it would be
+    preempted, and the next step would pin the blocks it freed again)."""
+    pool, planned = planned_at_the_lru_end()
+    guard = Guard(VllmBlockPoolPort(pool), window_blocks=18, pin_budget_fraction=0.5)
+    report = guard.step(dict.fromkeys(planned, 0))
+    assert report.pinned == 2 and pool.get_num_free_blocks() == 18
+    assert report.moved == 2  # the rest of the plan is still protected by LRU order
+
+
+def test_a_block_cached_twice_is_pinned_once_and_every_pin_is_released() -> None:
+    """One pin per prefix hash covers both copies; a second pin under one key was never
+    released, and the block leaked."""
+    pool, planned = planned_at_the_lru_end(copies=2)
+    guard = Guard(VllmBlockPoolPort(pool), window_blocks=4, pin_budget_fraction=1.0)
+    free_before = pool.get_num_free_blocks()
+    report = guard.step(dict.fromkeys(planned, 0))
+    assert report.needed_in_window == 8 and report.pinned == 4
+    assert len({block.block_id for block in guard.pinned_blocks}) == 4
+    assert guard.release_all() == 4 and pool.get_num_free_blocks() == free_before
+    assert pool.reset_prefix_cache()  # no reference left behind
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_a_step_told_not_to_pin_only_moves(pin: bool) -> None:
+    pool, planned = planned_at_the_lru_end()
+    guard = Guard(VllmBlockPoolPort(pool), window_blocks=4, pin_budget_fraction=0.5)
+    report = guard.step(dict.fromkeys(planned, 0), pin=pin)
+    assert (report.pinned, report.moved) == ((4, 0) if pin else (0, 4))
 
 
 def test_the_ports_probe_answers_as_get_cached_block() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config.scheduler import SchedulerPolicy
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -51,9 +52,13 @@ class EngineShape:
     async_scheduling: bool = False
 
 
-def build_scheduler(cls: type[Scheduler], shape: EngineShape) -> Scheduler:
-    """Construct ``cls`` (vLLM's ``Scheduler`` or a subclass with the same constructor)."""
+def build_scheduler(
+    cls: type[Scheduler], shape: EngineShape, policy: SchedulerPolicy = "fcfs"
+) -> Scheduler:
+    """Construct ``cls`` (vLLM's ``Scheduler`` or a subclass with the same constructor) with
+    vLLM's scheduling ``policy`` (``fcfs`` or ``priority``)."""
     vllm_config = vllm_config_for(shape)
+    vllm_config.scheduler_config.policy = policy
     kv_cache_config = KVCacheConfig(
         num_blocks=shape.num_blocks,
         kv_cache_tensors=[],

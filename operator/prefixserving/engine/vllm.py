@@ -8,8 +8,8 @@ asynchronously, ``AsyncScheduler``: see the class) and keeps its ``schedule()``:
 * before each ``super().schedule()``: calls ``begin_step`` (pioneers, eviction guard, the
   decode reserve) and moves running pioneers that siblings wait for to the front of
   ``self.running`` (their later chunks are scheduled first and they are preempted last);
-  releases the guard's pins after a step that preempted, before a prefix-cache reset and at
-  shutdown,
+  releases the guard's pins after a step that preempted or scheduled nothing while requests
+  waited (and takes none in the next step), before a prefix-cache reset and at shutdown,
 * publishes its metrics (:mod:`prefixserving.peek.metrics`) after each ``update_from_output``,
   where vLLM counts the step's requests for its own gauges.
 
@@ -247,6 +247,7 @@ class PeekScheduler(Scheduler):
         for request in old_waiting:
             self.waiting.add_request(request)
         self._window_blocks: int | None = None
+        self._pins_paused = False
         self._metrics_writer = SnapshotWriter.from_env(
             engine=str(self.parallel_config.data_parallel_index),
             model_name=_served_name(self.vllm_config.model_config.served_model_name),
@@ -289,7 +290,12 @@ class PeekScheduler(Scheduler):
         }
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.begin_step(self.clock(), self._window_blocks, self._decode_reserve_blocks())
+        self.waiting.begin_step(
+            self.clock(),
+            self._window_blocks,
+            self._decode_reserve_blocks(),
+            pin=not self._pins_paused,
+        )
         if self.waiting.num_held:
             self._pioneers_first()
         output = super().schedule(*args, **kwargs)
@@ -300,7 +306,14 @@ class PeekScheduler(Scheduler):
             + len(output.num_scheduled_tokens)
             + WINDOW_MARGIN_BLOCKS
         )
-        if output.preempted_req_ids:
+        # A step that preempted (vLLM's priority policy preempts to admit) or scheduled nothing
+        # while requests waited (an admission needs room for the whole prompt) may have suffered
+        # from the pins: drop them, and take none next step (guard, step 3). len, not bool: the
+        # queue's bool presents a request, which would count as this step's.
+        self._pins_paused = bool(output.preempted_req_ids) or (
+            not output.total_num_scheduled_tokens and len(self.waiting) > 0
+        )
+        if self._pins_paused:
             self.waiting.release_pins()
         return output
 

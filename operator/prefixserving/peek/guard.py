@@ -21,9 +21,17 @@ its next picks come from, best first, and for each the cached blocks it will rea
    blocks that only later picks need are not protected (the queue asks again next step, when
    they are nearer).
 3. Optionally hard-pin instead (reference count + 1, so the block cannot be evicted this step):
-   planned blocks while the pins stay within ``pin_budget_fraction`` of the pool. Pins last one
-   step: ``release_all`` runs before the next plan, on preemption, on a prefix-cache reset and at
-   shutdown.
+   planned blocks while the pins stay within ``pin_budget_fraction`` of the pool and leave
+   ``window_blocks`` free (the most one step can allocate, so a pin never costs a running
+   request its next block: it cannot cause a preemption), one block per prefix hash (the engine
+   may cache two copies of a block that two requests computed in the same step; one copy serves
+   every lookup, and a second pin under the same key would never be released). Pins last one
+   step: ``release_all`` runs before the next plan, on preemption, on a prefix-cache reset and
+   at shutdown. The engine passes ``pin=False`` for the step after one that preempted or
+   scheduled nothing while requests waited, so that pins cannot repeat what that step may have
+   suffered from them: vLLM admits a request only when its whole prompt fits (pins of later
+   picks can prevent that, and with nothing running nothing changes before the next step), and
+   under its priority policy it preempts to admit.
 
 A planned block inside the window, or a free queue shorter than the window (the step may evict
 every cached block), is **pressure**: the cache cannot keep what the next picks read.
@@ -131,6 +139,11 @@ class Guard(Generic[B, H]):
     def num_pinned(self) -> int:
         return len(self._pinned)
 
+    @property
+    def pinned_blocks(self) -> list[B]:
+        """The blocks pinned now, in the order they were pinned."""
+        return list(self._pinned.values())
+
     def is_pinned(self, block_hash: H) -> bool:
         return self.port.cache_key(block_hash) in self._pinned
 
@@ -139,12 +152,13 @@ class Guard(Generic[B, H]):
         plan_rank: dict[H, int],
         window_blocks: int | None = None,
         plan_blocks: Callable[[int], Sequence[H]] | None = None,
+        pin: bool = True,
     ) -> GuardReport:
         """Protect the planned blocks in the eviction window (module docstring).
         ``plan_rank``: block hash -> rank of the best planned request that reads it (0 first);
         ``window_blocks``: this step's estimate of blocks it allocates (capped at the maximum);
         ``plan_blocks``: rank -> the planned request's cached block hashes, root first (None:
-        only the blocks met in the window move)."""
+        only the blocks met in the window move); ``pin``: whether this step may take pins."""
         window = (
             self.window_blocks if window_blocks is None else min(window_blocks, self.window_blocks)
         )
@@ -163,9 +177,12 @@ class Guard(Generic[B, H]):
                     break
         needed.sort(key=lambda item: -item[0])
         pinned = 0
+        budget = self.pin_budget_blocks if pin else 0
         for _, block, key in reversed(needed):
-            if len(self._pinned) >= self.pin_budget_blocks:
+            if len(self._pinned) >= budget or self.port.num_free <= self.window_blocks:
                 break
+            if key in self._pinned:
+                continue  # a second copy of a pinned prefix block
             self.port.pin(block)
             self._pinned[key] = block
             pinned += 1

@@ -187,13 +187,19 @@ class PeekQueue(Generic[R, H]):
 
     # -- per step -------------------------------------------------------------------------------
     def begin_step(
-        self, now_s: float, window_blocks: int | None = None, reserve_blocks: int | None = None
+        self,
+        now_s: float,
+        window_blocks: int | None = None,
+        reserve_blocks: int | None = None,
+        pin: bool = True,
     ) -> None:
         """Call once per scheduler step before the engine allocates (module docstring).
         ``window_blocks``: the engine's estimate of the blocks the step allocates (the guard's
         scan window); ``reserve_blocks``: blocks the running requests still need (None when
         nothing runs, so admission is left to the engine, which can always drain its queue; or
-        when the engine admits nothing this step, so nothing is checked against it)."""
+        when the engine admits nothing this step, so nothing is checked against it); ``pin``:
+        whether the guard may take hard pins this step (False after a step that preempted or
+        scheduled nothing while requests waited: :mod:`prefixserving.peek.guard`, step 3)."""
         self._now_s = now_s
         backlog = len(self.lanes) - self.num_held > self._joined_since_step
         self._joined_since_step = 0
@@ -215,7 +221,7 @@ class PeekQueue(Generic[R, H]):
             return
         self.guard.release_all()
         plan_rank, plan_blocks = self._plan()
-        self.last_guard_report = self.guard.step(plan_rank, window_blocks, plan_blocks)
+        self.last_guard_report = self.guard.step(plan_rank, window_blocks, plan_blocks, pin)
         # Pressure (or a backlog) on a queue where no request can reuse anything (no cached
         # prefix, no shared next block) is no reason to leave arrival order: reordering would
         # save no prefill.

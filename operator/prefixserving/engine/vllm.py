@@ -306,10 +306,10 @@ class PeekScheduler(Scheduler):
             + len(output.num_scheduled_tokens)
             + WINDOW_MARGIN_BLOCKS
         )
-        # A step that preempted (vLLM's priority policy preempts to admit) or scheduled nothing
-        # while requests waited (an admission needs room for the whole prompt) may have suffered
-        # from the pins: drop them, and take none next step (guard, step 3). len, not bool: the
-        # queue's bool presents a request, which would count as this step's.
+        # After a step that preempted or scheduled nothing while requests waited, vLLM admits
+        # (or readmits) a request only when its whole prompt fits, which pins can prevent: drop
+        # them, and take none next step (guard, step 3). len, not bool: the queue's bool
+        # presents a request, which would count as this step's.
         self._pins_paused = bool(output.preempted_req_ids) or (
             not output.total_num_scheduled_tokens and len(self.waiting) > 0
         )

@@ -28,10 +28,9 @@ its next picks come from, best first, and for each the cached blocks it will rea
    every lookup, and a second pin under the same key would never be released). Pins last one
    step: ``release_all`` runs before the next plan, on preemption, on a prefix-cache reset and
    at shutdown. The engine passes ``pin=False`` for the step after one that preempted or
-   scheduled nothing while requests waited, so that pins cannot repeat what that step may have
-   suffered from them: vLLM admits a request only when its whole prompt fits (pins of later
-   picks can prevent that, and with nothing running nothing changes before the next step), and
-   under its priority policy it preempts to admit.
+   scheduled nothing while requests waited: vLLM admits a request (a preempted one too) only
+   when its whole prompt fits, which pins of later picks can prevent, and with nothing running
+   nothing would change before the next step.
 
 A planned block inside the window, or a free queue shorter than the window (the step may evict
 every cached block), is **pressure**: the cache cannot keep what the next picks read.

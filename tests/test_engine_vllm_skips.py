@@ -10,10 +10,11 @@ engine in the state the path needs the way vLLM itself does (a request status vL
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from tests.test_engine_vllm_scheduler import BLOCK, Drive, make_request, shared_prompt
-from vllm.config import LoRAConfig
 from vllm.lora.request import LoRARequest
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.kv_cache_interface import (
@@ -95,7 +96,7 @@ def test_a_request_vllm_skips_never_holds_its_siblings(blocked_status: RequestSt
 
 def test_a_request_skipped_for_lora_slots_never_holds_its_siblings() -> None:
     """max_loras=1: a waiting request for a second adapter is skipped while the first runs."""
-    scheduler = scheduler_with(lora_config=LoRAConfig(max_loras=1, max_lora_rank=8))
+    scheduler = scheduler_with(dataclasses.replace(CHUNKED, max_loras=1))
     drive = Drive(PeekScheduler)
     drive.scheduler = scheduler
     running = make_request(

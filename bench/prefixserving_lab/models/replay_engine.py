@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.config.scheduler import SchedulerPolicy
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -40,7 +40,14 @@ class EngineShape:
     requests, scheduled tokens). ``long_prefill_token_threshold``: 0 = off; otherwise the
     largest prefill chunk of one request per step. ``max_model_len``: longest prompt plus
     output the engine accepts (the replay checks prompts against it; vLLM's scheduler does
-    not).
+    not). ``async_scheduling``: vLLM's ``AsyncScheduler`` contract (a step is scheduled before
+    the previous one's output is applied). ``max_loras``: LoRA adapters one step may serve
+    (vLLM skips a request whose adapter would exceed it); 0 = LoRA off. The last three are
+    vLLM's admission options, at vLLM's defaults: ``watermark`` (fraction of the cache kept
+    free when a step admits a second request), ``reserve_full_isl`` (admit a request only when
+    its whole prompt fits, not just its first chunk) and ``adaptive_chunks``
+    (``long_prefill_token_threshold_adaptive``: the chunk cap rises to a fair share of the
+    token budget).
     """
 
     num_blocks: int
@@ -50,6 +57,10 @@ class EngineShape:
     long_prefill_token_threshold: int = 0
     max_model_len: int = 262144
     async_scheduling: bool = False
+    max_loras: int = 0
+    watermark: float = 0.0
+    reserve_full_isl: bool = True
+    adaptive_chunks: bool = False
 
 
 def build_scheduler(
@@ -102,12 +113,19 @@ def vllm_config_for(shape: EngineShape) -> VllmConfig:
         max_num_batched_tokens=shape.max_num_batched_tokens,
         max_model_len=shape.max_model_len,
         long_prefill_token_threshold=shape.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=shape.adaptive_chunks,
+        watermark=shape.watermark,
+        scheduler_reserve_full_isl=shape.reserve_full_isl,
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
     )
     cache_config = CacheConfig(block_size=shape.block_size, enable_prefix_caching=True)
+    lora_config = LoRAConfig(max_loras=shape.max_loras) if shape.max_loras else None
     return VllmConfig(
-        model_config=model_config, scheduler_config=scheduler_config, cache_config=cache_config
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        lora_config=lora_config,
     )
 
 

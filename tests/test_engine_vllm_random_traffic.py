@@ -14,8 +14,8 @@ pops a request for the other adapter, skips it and puts it back in the same step
 ``watermark``, ``scheduler_reserve_full_isl`` and adaptive prefill chunks vary. Some runs reset
 the prefix cache between two steps, as vLLM's ``/reset_prefix_cache`` endpoint does (with
 ``reset_running_requests``: every running request is preempted first, its output in flight
-dropped). A second test draws the traffic where pins are taken most: a small cache, long shared
-prefixes, the pin budget always on.
+dropped). A second mix (``pins-on-a-small-cache``) draws the traffic where pins are taken
+most: a cache of 12-32 blocks, long shared prefixes, the pin budget always on.
 
 **Checked after every ``schedule`` and ``update_from_output``**: each live request is in exactly
 one of vLLM's queues and no finished one is; PEEK's index, lanes and holds agree with a recount
@@ -24,7 +24,7 @@ pin, and the free list holds exactly the blocks nobody references. **At the end*
 not aborted finished with all its tokens, within a step bound, and no block is referenced. The
 same driver runs vLLM's stock schedulers on the same traffic, so a failure there is the
 driver's, not PEEK's. ``--hypothesis-show-statistics`` shows how often a run preempted, held a
-sibling, pinned a block or aborted.
+sibling, pinned a block, aborted, left a LoRA request waiting or reset the cache.
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ resets = st.none() | st.builds(Reset, step=st.integers(0, 20), running_requests=
 class EngineCoreDrive:
     """vLLM's engine-core loop around a scheduler, with fabricated model outputs.
 
-    Per loop (one simulated step): add the step's arrivals, abort what is due, then as
+    Per loop (one simulated step): add the step's arrivals, abort what is due, reset the prefix
+    cache when ``reset`` says so, then as
     ``step_with_batch_queue`` does: schedule a batch when the scheduler has requests, and return
     without an output while the batch queue has room (two batches with async scheduling, one
     without); otherwise take the oldest batch's output and ``update_from_output``. A request

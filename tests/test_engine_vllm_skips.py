@@ -37,37 +37,6 @@ CHUNKED = EngineShape(
 )
 
 
-def scheduler_with(shape: EngineShape = CHUNKED, **config_changes: object) -> PeekScheduler:
-    """``build_scheduler(PeekScheduler, shape)`` with attributes of the VllmConfig changed."""
-    vllm_config = vllm_config_for(shape)
-    for path, value in config_changes.items():
-        owner = vllm_config
-        *parents, attribute = path.split("__")
-        for parent in parents:
-            owner = getattr(owner, parent)
-        setattr(owner, attribute, value)
-    vllm_config.cache_config.num_gpu_blocks = shape.num_blocks
-    kv_cache_config = KVCacheConfig(
-        num_blocks=shape.num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"],
-                FullAttentionSpec(
-                    block_size=shape.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
-                ),
-            )
-        ],
-    )
-    return PeekScheduler(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=shape.block_size,
-        log_stats=True,
-    )
-
-
 @pytest.mark.parametrize(
     "blocked_status",
     [RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR, RequestStatus.WAITING_FOR_REMOTE_KVS],
@@ -96,7 +65,8 @@ def test_a_request_vllm_skips_never_holds_its_siblings(blocked_status: RequestSt
 
 def test_a_request_skipped_for_lora_slots_never_holds_its_siblings() -> None:
     """max_loras=1: a waiting request for a second adapter is skipped while the first runs."""
-    scheduler = scheduler_with(dataclasses.replace(CHUNKED, max_loras=1))
+    scheduler = build_scheduler(PeekScheduler, dataclasses.replace(CHUNKED, max_loras=1))
+    assert isinstance(scheduler, PeekScheduler)
     drive = Drive(PeekScheduler)
     drive.scheduler = scheduler
     running = make_request(
@@ -187,7 +157,7 @@ def test_a_hybrid_kv_layout_keeps_vllms_order() -> None:
 
 
 def test_the_priority_policy_is_honoured() -> None:
-    scheduler = scheduler_with(scheduler_config__policy="priority")
+    scheduler = build_scheduler(PeekScheduler, CHUNKED, "priority")
     assert scheduler.policy == SchedulingPolicy.PRIORITY
     for i, priority in enumerate([2, 0, 1]):
         request = make_request(f"r{i}", [40000 + 1000 * i + j for j in range(100)], arrival=i)

@@ -325,7 +325,9 @@ def test_the_overtakes_variant_runs_peek_with_the_specs_largest_budget() -> None
 
 def test_peek_reserves_one_block_per_running_request_more_than_the_no_reserve_variant() -> None:
     """``peek_no_reserve`` is the shipped PeekScheduler with decode headroom keeping only the
-    running requests' next-step blocks; PEEK's default keeps one block more for each of them."""
+    running requests' next-step blocks; PEEK's default keeps one block more for each of them.
+    Neither computes a reserve for a step that starts with nothing waiting (nothing is
+    presented then)."""
     from prefixserving import constants
     from prefixserving.engine.vllm import PeekScheduler
     from prefixserving_lab.models.replay_engine import build_scheduler
@@ -345,6 +347,9 @@ def test_peek_reserves_one_block_per_running_request_more_than_the_no_reserve_va
             scheduler.add_request(make(r, r.arrival_s))
         scheduler.schedule()
         assert len(scheduler.running) == 3
+        assert scheduler._decode_reserve_blocks() is None  # nothing waits: nothing to check
+        late = request("late", 0.0, [((NS_COLD, 0), 80)], 4)
+        scheduler.add_request(make(late, late.arrival_s))
     next_step = variant._decode_reserve_blocks()
     assert next_step is not None
     assert peek._decode_reserve_blocks() == next_step + 3

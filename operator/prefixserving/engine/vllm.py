@@ -332,13 +332,15 @@ class PeekScheduler(Scheduler):
         ``long_prefill_token_threshold`` or the token budget), plus
         ``decode_reserve_blocks`` for each of them (their next blocks of output). O(running).
 
-        None when nothing runs, and when every request slot is taken: vLLM then admits nothing
-        this step (its waiting loop stops at the slot check, right after asking the queue
-        whether a request is presentable, and running requests leave a step only by
-        preemption, which skips the waiting loop), so no presentation is checked against the
-        reserve. With a deep queue most steps are such steps (the batch is full), and the loop
-        is skipped on them."""
-        if not self.running or self._slots_full():
+        None when nothing runs, when nothing waits and when every request slot is taken. With
+        nothing waiting the queue presents nothing this step: a request joins it during a step
+        only by preemption, which skips vLLM's waiting loop, or when that loop puts back what it
+        skipped, after its last presentation. With every slot taken vLLM admits nothing (its
+        waiting loop stops at the slot check, right after asking the queue whether a request is
+        presentable, and running requests leave a step only by preemption). So no presentation
+        is checked against the reserve, and the loop is skipped: on every step of an engine
+        without a queue, and on most steps of one with a deep queue (the batch is full)."""
+        if not self.running or len(self.waiting) == 0 or self._slots_full():
             return None
         block_size = self.block_size
         threshold = self.scheduler_config.long_prefill_token_threshold

@@ -67,8 +67,6 @@ def test_a_request_skipped_for_lora_slots_never_holds_its_siblings() -> None:
     """max_loras=1: a waiting request for a second adapter is skipped while the first runs."""
     scheduler = build_scheduler(PeekScheduler, dataclasses.replace(CHUNKED, max_loras=1))
     assert isinstance(scheduler, PeekScheduler)
-    drive = Drive(PeekScheduler)
-    drive.scheduler = scheduler
     running = make_request(
         "running", [50000 + j for j in range(200)], lora=LoRARequest("a", 1, "/a")
     )

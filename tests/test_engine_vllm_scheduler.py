@@ -271,7 +271,7 @@ def test_queue_contract_prepend_one_and_many_in_vllm_order(
     assert queue.peek_request() is extra["z"]
 
 
-def test_prepend_under_peek_restores_a_skipped_request_and_requeues_a_preempted_one() -> None:
+def test_prepend_under_peek_restores_a_skipped_request_and_resumes_a_preempted_one_first() -> None:
     queue, requests = queue_with("a", "b", "c")
     queue.begin_step(0.0)
     assert queue.pop_request() is requests["a"]
@@ -281,9 +281,30 @@ def test_prepend_under_peek_restores_a_skipped_request_and_requeues_a_preempted_
     assert queue.lanes.admitted_places == 0 and queue.lanes.work_tokens == 0  # refunded
     assert queue.pop_request() is requests["a"]
     queue.begin_step(1.0)
-    # Preempted a step later: it rejoins as a new arrival (its freed blocks stay cached).
+    # Preempted a step later: it resumes first, as vLLM resumes it, even while the lanes reorder.
     queue.prepend_request(requests["a"])
-    assert ids(queue) == ["b", "c", "a"]
+    queue.lanes.reorder = True
+    assert ids(queue) == ["a", "b", "c"] and queue.peek_request() is requests["a"]
+    assert queue.pop_request() is requests["a"]
+    assert queue.stats.admitted["resume"] == 1
+    # Skipped by the engine in the step that resumed it: it keeps its place in the resume lane.
+    queue.prepend_request(requests["a"])
+    assert queue.peek_request() is requests["a"] and queue.lanes.get("a").resume
+
+
+def test_a_preempted_request_resumes_only_within_decode_headroom() -> None:
+    """Resuming a request into blocks the running requests still need would only get it
+    preempted again: headroom stops admissions at it as at any request."""
+    queue, requests = queue_with("a", "b")
+    queue.begin_step(0.0)
+    queue.pop_request()
+    queue.begin_step(1.0)
+    queue.prepend_request(requests["a"])
+    free = queue.view.free_blocks()
+    queue.begin_step(2.0, reserve_blocks=free)
+    assert not queue and queue.stats.headroom_stops == 1
+    queue.begin_step(3.0, reserve_blocks=0)
+    assert queue.peek_request() is requests["a"]
 
 
 def test_queue_contract_remove_one_and_many() -> None:

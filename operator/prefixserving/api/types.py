@@ -299,8 +299,8 @@ class SchedulerSpec(ApiModel):
         description=(
             "KV blocks decode headroom keeps free for each running request, on top of what the "
             "running requests allocate next step, before the lanes admit a waiting request. "
-            "0: best TTFT; 1: fewer preemptions and TPOT close to vLLM's own scheduler under "
-            "overload, for a higher TTFT (docs/peek.md, Decode headroom)."
+            "0: more requests admitted at once; 1: preemptions about as rare as under vLLM's "
+            "own scheduler and TPOT close to it under overload (docs/peek.md, Decode headroom)."
         ),
     )
 

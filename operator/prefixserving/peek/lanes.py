@@ -21,34 +21,36 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
   the cache lane serves cheap requests until some request reaches where FCFS would admit it
   (counted in PEEK's costs when it joined: a bound on the admission order, not on TTFT;
   docs/peek.md);
-* the **resume lane** (``cache_lane`` off only): requests the engine put back, last first, as
-  vLLM's own queue.
+* the **resume lane**: requests added with ``resume`` (the queue's preempted requests, and with
+  ``cache_lane`` off every request the engine put back), last first, as vLLM's own queue.
 
 **Pick rule** (the best class that has a presentable request):
 
-1. with ``cache_lane`` off, or while ``reorder`` is False (the queue sets it under cache
+1. the resume lane's head, always;
+2. with ``cache_lane`` off, or while ``reorder`` is False (the queue sets it under cache
    pressure, which the eviction guard reports, and, with its ``reorder_on_backlog``, on a
-   backlog), the resume lane's head, then the FCFS lane's head: exactly vLLM's order.
+   backlog), the FCFS lane's head: with rule 1, exactly vLLM's order.
    Without cache pressure reordering buys no hits, and with no prefix reuse FCFS is the order
    that best meets TTFT bounds (Dexter et al., arXiv 2502.04677);
-2. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
-3. the aged lane's best request if its response ratio is at least ``max_response_ratio``
+3. the FCFS lane's head if ``max_overtakes`` younger requests have been admitted ahead of it;
+4. the aged lane's best request if its response ratio is at least ``max_response_ratio``
    (with ``fcfs_bound``: its first request if the work clock reached its due point),
    unless the cache lane's **share** is due: with ``cache_share`` s > 0 the cache lane's head
    goes instead while the cache lane has taken less than s of the prefill work admitted since
    the aged lane became due (``Pick.SHARE``; see below);
-4. otherwise the cache lane's head.
+5. otherwise the cache lane's head.
 
-**Share** (rule 3): a deficit counter in uncached prompt tokens. An aged pick credits it with
+**Share** (rule 4): a deficit counter in uncached prompt tokens. An aged pick credits it with
 s x its cost, a share pick debits it (1 - s) x its cost, and the share is due while the
 counter is at least 0; the credit is capped at one aged pick's, so a long run of aged picks
 (while the cache lane had nothing else to offer) never buys a burst of share picks. Over a
 contested stretch the cache lane gets at most s of the work plus one request's cost (a
 property test checks it), and about s while it has a request to offer. Without it
 (s = 0, the default) a deep queue under pressure has some request over the bound at every
-pick, and the cache lane is hardly served: on the full-size replay rows of gsp-q25,
-gsp-cold-q25 and gsp-chunked at loads 0.8-1.2, the aged lane made 68-97% of PEEK's admissions
-and the cache lane under 3% (both cost models; ``bench/results/replay-sweep-full-*.json``).
+pick, and the cache lane is hardly served: on the full-size replay rows at loads 0.8-1.2, the
+aged lane made 71-89% of PEEK's admissions on gsp-q25 and gsp-cold-q25 and 37-50% on
+gsp-chunked (where resumed requests made 42-45%), the cache lane under 2% (both cost models;
+``bench/results/replay-sweep-full-*.json``).
 
 Measured on the replay suite (docs/peek.md): the cache lane alone has the best TTFT p50 and
 starves expensive requests under load; the response-ratio bound keeps TTFT p99 well below
@@ -61,7 +63,7 @@ overtaken by more than ``max_overtakes`` younger requests of its class while it 
 (held siblings, ``park``, are never presented and never block others; a request that was
 overtaken while held goes first once it is presented again if that made up its budget); with
 ``fcfs_bound`` and no share, while a presented request is due, the earliest due one goes
-before any request that is not due (rules 1 and 2 aside).
+before any request that is not due (rules 1 to 3 aside).
 
 **Overtake count**: each class keeps the sorted arrival places of the requests admitted from it
 (``bisect``); a request's count is how many of them are younger than it, so it is exact whatever
@@ -81,9 +83,10 @@ env ``PREFIXSERVING_MAX_RESPONSE_RATIO``; 1 is SGLang's ``hrrn`` order under pre
 ``cache_share`` (default 0, env ``PREFIXSERVING_CACHE_SHARE``, below 1), ``fcfs_bound``
 (default off, env ``PREFIXSERVING_FCFS_BOUND``; the overtake budget still applies, and in deep
 queues it binds first unless ``max_overtakes`` is raised: docs/peek.md). On the
-replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by a third on the shared-prefix
-workloads for hit rates within 0.04 (``bench/results/replay-response-ratio.md``); at 4 the
-hit rate and p50 fell on the chunked and cold-document workloads.
+replay suite the bound at 8 instead of 16 cut PEEK's TTFT p99 by up to a third on the
+shared-prefix rows (the median row did not move), for hit rates within 0.05
+(``bench/results/replay-response-ratio*.md``); at 4 the hit rate and p50 fell on the chunked
+and cold-document workloads.
 
 **Heaps**: each lane is a binary heap with lazy deletion (a re-priced, held or admitted request
 leaves a stale item behind, skipped when it reaches the top). The cost lanes (cache and aged)

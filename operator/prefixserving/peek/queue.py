@@ -19,9 +19,10 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
 3. **Presenting** (``bool`` / ``peek``): the lanes pick; the pick's frontier is re-checked (two
    probes: its last cached block is still cached, its first uncached block still is not; if not,
    it is re-indexed and re-priced and the lanes pick again); a sibling of a running pioneer is
-   held; a request whose new blocks would eat into the blocks the running requests still need is
-   not presented, which ends the step's admissions (**decode headroom**: admitted now, it would
-   only make the engine preempt a running request soon; never applied while nothing runs).
+   held (a preempted request never is); a request whose new blocks would eat into the blocks
+   the running requests still need is not presented, which ends the step's admissions
+   (**decode headroom**: admitted now, it would only make the engine preempt a running request
+   soon; never applied while nothing runs).
 4. **Admitting** (``pop``): the request leaves the index and the lanes, its uncached tokens
    advance the lanes' work clock and its place joins the overtake count (settled at the next
    ``begin_step``, when the engine can no longer put it back). At the next call the queue
@@ -31,12 +32,15 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
    block) are re-priced at once, so the cache lane serves them while their prefix is cached.
 
 ``prepend`` of a request popped in the same step (the engine skipped it) undoes its admission
-and puts it back at the place it had. A request preempted later rejoins as a new arrival: its
-freed blocks usually stay cached, so the cache lane serves it soon (measured on the replay suite:
-resuming preempted requests first, as vLLM does, raised TTFT p50 by about 40% at the same TPOT;
-docs/peek.md). With ``lanes`` off the queue is vLLM's own order, resume-first included, with no
-probing, guard, headroom or re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine
-specifics come through :class:`EngineView`; this module imports no engine.
+and puts it back at the place it had. A request preempted later (any other ``prepend``) joins
+the resume lane and is presented first, as vLLM resumes it: it has usually streamed tokens,
+and its stream stalls until it runs again. It is never held, and decode headroom applies to it
+as to any request (resumed into a full cache, it would only be preempted again). Rejoining as
+a new arrival instead gave a lower TTFT, but a TPOT p99 of 2.6-8x FCFS's (medians per replay
+file over the rows that preempt; resuming first: 1.0-1.35x; docs/peek.md). With ``lanes`` off
+the queue is vLLM's own order, every put-back request resuming first, with no probing, guard,
+headroom or re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine specifics come
+through :class:`EngineView`; this module imports no engine.
 
 **Cost per operation**: add / prepend O(blocks + log n), with O(log cached blocks) probes (the
 cached prefix is found by galloping: ``_probe_frontier``); a presentation O(log n + cost buckets)
@@ -252,7 +256,8 @@ class PeekQueue(Generic[R, H]):
         self._insert(request)
 
     def prepend_request(self, request: R) -> None:
-        """Put a request back (module docstring). O(blocks + log n)."""
+        """Put a request back: a pop of this step at its place, a preempted request into the
+        resume lane (module docstring). O(blocks + log n)."""
         rid = self.view.request_id(request)
         popped = self._popped_this_step.pop(rid, None)
         if popped is not None:
@@ -260,10 +265,10 @@ class PeekQueue(Generic[R, H]):
             self._unconfirmed = [a for a in self._unconfirmed if a.request is not request]
         if self._pioneer_requests.pop(rid, None) is not None:
             self._unpark(self.holding.retire_pioneer(rid, self._now_s))
-        if not self.settings.lanes:
+        if popped is None or not self.settings.lanes:
             self._insert(request, resume=True)
         else:
-            self._insert(request, stamps=None if popped is None else popped[0].stamps)
+            self._insert(request, resume=popped[0].resume, stamps=popped[0].stamps)
 
     def prepend_requests(self, requests: Iterable[R]) -> None:
         """Prepend each in turn, so the last one ends up first (vLLM's documented order)."""
@@ -484,9 +489,9 @@ class PeekQueue(Generic[R, H]):
                     self.lanes.park(rid)
                     self.stats.holds += 1
                     continue
-                if self.guard is not None and not self._fits(entry):
-                    self.stats.headroom_stops += 1
-                    return None
+            if self.guard is not None and not self._fits(entry):
+                self.stats.headroom_stops += 1
+                return None
             self._candidate = picked
             return picked
 

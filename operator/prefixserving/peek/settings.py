@@ -19,9 +19,8 @@ variable                                  default  meaning
 ``PREFIXSERVING_DECODE_RESERVE_BLOCKS``   1        KV blocks decode headroom keeps for each
                                                    running request beyond what the running
                                                    requests allocate in the next step (1: about
-                                                   FCFS's preemptions and TPOT under overload,
-                                                   at some TTFT cost; 0: more admitted at once;
-                                                   docs/peek.md)
+                                                   FCFS's preemptions and TPOT under overload;
+                                                   0: more admitted at once; docs/peek.md)
 ``PREFIXSERVING_MAX_RESPONSE_RATIO``      8        response ratio from which the aged lane goes
                                                    first (:mod:`.lanes`; not in the spec: set it
                                                    through ``spec.engine.env``)

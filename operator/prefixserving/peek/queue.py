@@ -34,13 +34,15 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
 ``prepend`` of a request popped in the same step (the engine skipped it) undoes its admission
 and puts it back at the place it had. A request preempted later (any other ``prepend``) joins
 the resume lane and is presented first, as vLLM resumes it: it has usually streamed tokens,
-and its stream stalls until it runs again. It is never held, and decode headroom applies to it
-as to any request (resumed into a full cache, it would only be preempted again). Rejoining as
-a new arrival instead gave a lower TTFT, but a TPOT p99 of 2.6-8x FCFS's (medians per replay
-file over the rows that preempt; resuming first: 1.0-1.35x; docs/peek.md). With ``lanes`` off
-the queue is vLLM's own order, every put-back request resuming first, with no probing, guard,
-headroom or re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine specifics come
-through :class:`EngineView`; this module imports no engine.
+and its stream stalls until it runs again. (Under vLLM's ``priority`` policy it rejoins as a
+waiting request at its priority and arrival time instead, where vLLM's priority queue keeps
+it.) A resumed request is never held, and decode headroom applies to it as to any request
+(resumed into a full cache, it would only be preempted again). Rejoining as a new arrival
+instead gave a lower TTFT, but a TPOT p99 of 2.6-8x FCFS's (medians per replay file over the
+rows that preempt; resuming first: 1.0-1.35x; docs/peek.md). With ``lanes`` off the queue is
+vLLM's own order, every put-back request resuming first, with no probing, guard, headroom or
+re-pricing; holding follows ``max_sibling_wait_ms`` alone. Engine specifics come through
+:class:`EngineView`; this module imports no engine.
 
 **Cost per operation**: add / prepend O(blocks + log n), with O(log cached blocks) probes (the
 cached prefix is found by galloping: ``_probe_frontier``); a presentation O(log n + cost buckets)

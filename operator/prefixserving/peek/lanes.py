@@ -21,8 +21,9 @@ vLLM's ``priority`` policy, served strictly in priority order; one class under `
   the cache lane serves cheap requests until some request reaches where FCFS would admit it
   (counted in PEEK's costs when it joined: a bound on the admission order, not on TTFT;
   docs/peek.md);
-* the **resume lane**: requests added with ``resume`` (the queue's preempted requests, and with
-  ``cache_lane`` off every request the engine put back), last first, as vLLM's own queue.
+* the **resume lane**: requests added with ``resume`` (under vLLM's ``fcfs`` policy, the queue's
+  preempted requests, and with ``cache_lane`` off every request the engine put back), last
+  first, as vLLM's own queue.
 
 **Pick rule** (the best class that has a presentable request):
 

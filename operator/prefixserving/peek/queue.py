@@ -19,7 +19,7 @@ The engine scans its waiting queue with ``bool`` / ``peek`` / ``pop`` and puts r
 3. **Presenting** (``bool`` / ``peek``): the lanes pick; the pick's frontier is re-checked (two
    probes: its last cached block is still cached, its first uncached block still is not; if not,
    it is re-indexed and re-priced and the lanes pick again); a sibling of a running pioneer is
-   held (a preempted request never is); a request whose new blocks would eat into the blocks
+   held (a resumed request never is); a request whose new blocks would eat into the blocks
    the running requests still need is not presented, which ends the step's admissions
    (**decode headroom**: admitted now, it would only make the engine preempt a running request
    soon; never applied while nothing runs).
